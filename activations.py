@@ -1,0 +1,599 @@
+"""ReLU, ELU and SELU as JIT-compiled PyTorch operators with CPU and CUDA kernels of their own.
+
+    import activations
+    y = activations.elu(x, alpha=1.0)          # forward and backward run our kernels
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), activations.SELU())
+
+At import this module reads the C++/CUDA sources in kernels/ (or the copy embedded in a generated single-file
+build), compiles them once with torch.utils.cpp_extension.load_inline, caches the library keyed by everything
+that affects it, and loads it: that registers the operators torch.ops.activations.{relu,elu,selu} with their
+CPU, CUDA, Meta and Autograd kernels. Later imports load the cached library without compiling.
+
+Command line:
+    python activations.py build [--cuda-arch 9.0] [--cpu-only]   prebuild the cache for this machine
+    python activations.py kernelbench {relu,elu,selu} [-o FILE]   write a self-contained KernelBench source
+
+Environment: ACTIVATIONS_CACHE_DIR (where builds are cached, default ~/.cache/activations),
+ACTIVATIONS_CUDA_ARCH (e.g. "9.0" or "8.0;9.0": compile CUDA for these GPUs, even with none present),
+ACTIVATIONS_CPU_ONLY=1 (skip CUDA), CUDA_HOME (the CUDA toolkit), ACTIVATIONS_VERBOSE=1 (show compiler commands).
+"""
+
+import contextlib
+import ctypes
+import glob
+import hashlib
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+import types
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+NAMESPACE = "activations"
+KERNEL_SUFFIXES = (".cuh", ".h", ".cpp", ".cu")
+
+# A generated single-file build (`python activations.py kernelbench ...`) replaces this line with the kernel
+# sources, so the file needs no kernels/ folder beside it.
+_EMBEDDED_SOURCES = None
+
+# ---------------------------------------------------------------------------------------------------------------
+# Sources
+
+
+def kernel_sources():
+    """{file name: text} of the kernel sources: the embedded copy, else the files in kernels/."""
+    if _EMBEDDED_SOURCES is not None:
+        return dict(_EMBEDDED_SOURCES)
+    kernel_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
+    sources = {}
+    for path in sorted(glob.glob(os.path.join(kernel_dir, "*"))):
+        if path.endswith(KERNEL_SUFFIXES):
+            with open(path, encoding="utf-8") as f:
+                sources[os.path.basename(path)] = f.read()
+    if not sources:
+        raise RuntimeError(f"activations: no kernel sources found in {kernel_dir}")
+    return sources
+
+
+_LOCAL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"[^\n]*$', re.MULTILINE)
+
+
+def expand_includes(text, sources, _seen=None):
+    """Inline `#include "name"` of our own headers, each once per translation unit, so that load_inline (which
+    writes one main.cpp and one cuda.cu) compiles the same text whether the sources come from files or not."""
+    seen = set() if _seen is None else _seen
+
+    def inline(match):
+        name = match.group(1)
+        if name not in sources:
+            raise RuntimeError(f"activations: kernel source includes {name!r}, which is not in kernels/")
+        if name in seen:
+            return f"// {name}: already included above"
+        seen.add(name)
+        return f"// ---- begin {name}\n{expand_includes(sources[name], sources, seen)}\n// ---- end {name}"
+
+    return _LOCAL_INCLUDE.sub(inline, text)
+
+
+def translation_units(sources):
+    """(C++ text, CUDA text) to hand to load_inline: every .cpp and every .cu with our headers inlined."""
+    cpp = "\n".join(expand_includes(text, sources) for name, text in sorted(sources.items()) if name.endswith(".cpp"))
+    cuda = "\n".join(expand_includes(text, sources) for name, text in sorted(sources.items()) if name.endswith(".cu"))
+    return cpp, cuda
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The CUDA toolchain and the GPUs to build for
+
+
+def find_cuda_home():
+    """The CUDA toolkit folder with bin/nvcc and the runtime headers, or None.
+
+    torch guesses CUDA_HOME from the nvcc on PATH; where that nvcc is a wrapper script outside the toolkit the
+    guess is wrong and linking fails (cannot find -lcudart), so each candidate is checked for the headers."""
+    candidates = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        candidates.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    candidates += ["/usr/local/cuda"] + sorted(glob.glob("/usr/local/cuda-*"), reverse=True)
+    for home in candidates:
+        if home and os.path.isfile(os.path.join(home, "bin", "nvcc")) and os.path.isfile(
+            os.path.join(home, "include", "cuda_runtime.h")
+        ):
+            return home
+    return None
+
+
+def _normalize_archs(text):
+    """'9.0' / '8.0;9.0' / '8.0 9.0' / 'sm_90' / '90a' -> ('8.0', '9.0') etc."""
+    archs = set()
+    for item in re.split(r"[;,\s]+", text.strip().lower()):
+        item = item.removeprefix("sm_").removeprefix("compute_").removesuffix("+ptx")
+        if re.fullmatch(r"\d+\.\d+a?", item):
+            archs.add(item)
+        elif match := re.fullmatch(r"(\d+)(\d)(a?)", item):
+            archs.add(f"{match.group(1)}.{match.group(2)}{match.group(3)}")
+        elif item:
+            raise ValueError(f"activations: cannot read CUDA arch {item!r} (expected e.g. 9.0 or 8.0;9.0)")
+    return tuple(sorted(archs))
+
+
+def _visible_gpu_archs():
+    """Compute capabilities of the GPUs here, through NVML where it exists: it does not initialise CUDA, so a
+    process that forks workers after `import activations` can still use CUDA in them."""
+    try:
+        nvml = ctypes.CDLL("libnvidia-ml.so.1")
+        if nvml.nvmlInit_v2() != 0:
+            raise OSError("nvmlInit failed")
+        try:
+            count = ctypes.c_uint()
+            if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0:
+                raise OSError("nvmlDeviceGetCount failed")
+            archs = set()
+            for index in range(count.value):
+                handle, major, minor = ctypes.c_void_p(), ctypes.c_int(), ctypes.c_int()
+                if nvml.nvmlDeviceGetHandleByIndex_v2(index, ctypes.byref(handle)) != 0:
+                    raise OSError("nvmlDeviceGetHandleByIndex failed")
+                if nvml.nvmlDeviceGetCudaComputeCapability(handle, ctypes.byref(major), ctypes.byref(minor)) != 0:
+                    raise OSError("nvmlDeviceGetCudaComputeCapability failed")
+                archs.add(f"{major.value}.{minor.value}")
+            return tuple(sorted(archs))
+        finally:
+            nvml.nvmlShutdown()
+    except (OSError, AttributeError):
+        pass
+    if torch.cuda.is_available():
+        return tuple(sorted({"%d.%d" % torch.cuda.get_device_capability(i) for i in range(torch.cuda.device_count())}))
+    return ()
+
+
+def build_plan(cuda_arch=None, cpu_only=None):
+    """What to build: {'cuda_archs': (...), 'cuda_home': path or None, 'no_cuda_reason': text or None}."""
+    if cpu_only is None:
+        cpu_only = os.environ.get("ACTIVATIONS_CPU_ONLY", "") not in ("", "0")
+    cuda_arch = cuda_arch or os.environ.get("ACTIVATIONS_CUDA_ARCH")
+    plan = {"cuda_archs": (), "cuda_home": None, "no_cuda_reason": None}
+    if cpu_only:
+        plan["no_cuda_reason"] = "CUDA was switched off (ACTIVATIONS_CPU_ONLY or --cpu-only)"
+    elif torch.version.cuda is None:
+        plan["no_cuda_reason"] = f"this torch ({torch.__version__}) is built without CUDA"
+    elif (cuda_home := find_cuda_home()) is None:
+        plan["no_cuda_reason"] = "no CUDA toolkit (nvcc) was found; set CUDA_HOME to the toolkit folder"
+    elif not (archs := _normalize_archs(cuda_arch) if cuda_arch else _visible_gpu_archs()):
+        plan["no_cuda_reason"] = (
+            "no GPU was visible when the kernels were built; build for one with "
+            "`python activations.py build --cuda-arch 9.0` or ACTIVATIONS_CUDA_ARCH=9.0"
+        )
+    else:
+        plan.update(cuda_archs=archs, cuda_home=cuda_home)
+    return plan
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Build and cache
+
+CXX_FLAGS = ["-O3"]
+CUDA_FLAGS = ["-O3", "-lineinfo"]
+
+
+def _cuda_arch_flags(archs):
+    flags = []
+    for arch in archs:
+        number = arch.replace(".", "")
+        flags.append(f"-gencode=arch=compute_{number},code=sm_{number}")
+    # PTX of the newest arch as well, so newer GPUs than those listed can still run the kernels.
+    newest = archs[-1].replace(".", "")
+    flags.append(f"-gencode=arch=compute_{newest},code=compute_{newest}")
+    return flags
+
+
+def build_spec(plan, sources=None):
+    """Everything that decides the compiled library: its hash names the cache entry."""
+    sources = kernel_sources() if sources is None else sources
+    cpp, cuda = translation_units(sources)
+    with_cuda = bool(plan["cuda_archs"])
+    spec = {
+        "cpp": cpp,
+        "cuda": cuda if with_cuda else "",
+        "cflags": CXX_FLAGS + (["-DACTIVATIONS_WITH_CUDA"] if with_cuda else []),
+        "cuda_flags": CUDA_FLAGS + _cuda_arch_flags(plan["cuda_archs"]) if with_cuda else [],
+        "torch": torch.__version__,
+        "torch_cuda": torch.version.cuda,
+        "cxx11_abi": torch.compiled_with_cxx11_abi(),
+        "platform": sys.platform,
+    }
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
+    spec["name"] = f"{NAMESPACE}_{'cuda' if with_cuda else 'cpu'}_{digest[:16]}"
+    return spec
+
+
+def cache_root():
+    configured = os.environ.get("ACTIVATIONS_CACHE_DIR")
+    if configured:
+        return os.path.abspath(os.path.expanduser(configured))
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, NAMESPACE)
+
+
+def _writable_cache_root():
+    root = cache_root()
+    try:
+        os.makedirs(root, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=root):
+            pass
+        return root
+    except OSError as error:
+        if os.environ.get("ACTIVATIONS_CACHE_DIR"):
+            raise RuntimeError(
+                f"activations: the cache directory {root} (ACTIVATIONS_CACHE_DIR) is not writable: {error}"
+            ) from error
+        fallback = os.path.join(tempfile.gettempdir(), f"{NAMESPACE}-cache-{os.getuid()}")
+        warnings.warn(
+            f"activations: cache directory {root} is not writable ({error.strerror}); building in {fallback}. "
+            "Set ACTIVATIONS_CACHE_DIR to choose another."
+        )
+        os.makedirs(fallback, exist_ok=True)
+        return fallback
+
+
+def _library_path(root, name):
+    return os.path.join(root, name, f"{name}.so")
+
+
+def _checksum(path):
+    with open(path, "rb") as f:
+        return hashlib.sha256(f.read()).hexdigest()
+
+
+def _cached_library(root, name):
+    """Path of a complete cached build, or None. A library is complete when its checksum file matches it: it is
+    published by renames, so a killed build leaves no half-written library behind, and a corrupted or truncated
+    one fails the check."""
+    library = _library_path(root, name)
+    try:
+        with open(library + ".sha256") as f:
+            expected = f.read().strip()
+        return library if _checksum(library) == expected else None
+    except OSError:
+        return None
+
+
+@contextlib.contextmanager
+def _build_lock(root, name):
+    """One build per cache entry across processes: the others wait, then load what it published."""
+    import fcntl
+
+    with open(os.path.join(root, f"{name}.lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
+
+
+@contextlib.contextmanager
+def _cpp_extension(cuda_home):
+    """torch.utils.cpp_extension, imported only when compiling (it is slow to import), with CUDA_HOME pointed at
+    the toolkit we found."""
+    import logging
+
+    logger = logging.getLogger("torch.utils.cpp_extension")
+    level = logger.level
+    logger.setLevel(logging.ERROR)  # its "No CUDA runtime is found" warning is expected on a machine with no GPU
+    saved_env = os.environ.get("CUDA_HOME")
+    try:
+        if cuda_home:
+            os.environ["CUDA_HOME"] = cuda_home
+        import torch.utils.cpp_extension as cpp_extension
+
+        saved_home = cpp_extension.CUDA_HOME
+        if cuda_home:
+            cpp_extension.CUDA_HOME = cuda_home
+        try:
+            yield cpp_extension
+        finally:
+            cpp_extension.CUDA_HOME = saved_home
+    finally:
+        logger.setLevel(level)
+        if saved_env is None:
+            os.environ.pop("CUDA_HOME", None)
+        else:
+            os.environ["CUDA_HOME"] = saved_env
+
+
+def _compile(spec, plan, root):
+    """Compile into a private folder, then publish the library into the cache by renames. Returns its path."""
+    name = spec["name"]
+    for stale in glob.glob(os.path.join(root, f"{name}.build-*")):  # left by a killed build
+        shutil.rmtree(stale, ignore_errors=True)
+    build_dir = tempfile.mkdtemp(prefix=f"{name}.build-", dir=root)
+    try:
+        with _cpp_extension(plan["cuda_home"]) as cpp_extension:
+            cpp_extension.load_inline(
+                name=name,
+                cpp_sources=[spec["cpp"]],
+                cuda_sources=[spec["cuda"]] if spec["cuda"] else None,
+                extra_cflags=spec["cflags"],
+                extra_cuda_cflags=spec["cuda_flags"],
+                build_directory=build_dir,
+                with_cuda=bool(spec["cuda"]),
+                is_python_module=False,
+                no_implicit_headers=True,
+                verbose=os.environ.get("ACTIVATIONS_VERBOSE", "") not in ("", "0"),
+            )
+        built = os.path.join(build_dir, f"{name}.so")
+        final_dir = os.path.join(root, name)
+        os.makedirs(final_dir, exist_ok=True)
+        library = _library_path(root, name)
+        staged = library + f".tmp-{os.getpid()}"
+        shutil.copyfile(built, staged)
+        os.replace(staged, library)
+        with open(library + ".sha256.tmp", "w") as f:
+            f.write(_checksum(library))
+        os.replace(library + ".sha256.tmp", library + ".sha256")
+        return library
+    finally:
+        shutil.rmtree(build_dir, ignore_errors=True)
+
+
+class BuildError(RuntimeError):
+    """The kernel sources failed to compile; the message holds the compiler's output."""
+
+
+def _build_or_load(spec, plan):
+    """Load the cached library for spec, compiling it first if needed. Returns (path, compiled: bool)."""
+    root = _writable_cache_root()
+    name = spec["name"]
+    library = _cached_library(root, name)
+    if library is not None:
+        try:
+            torch.ops.load_library(library)
+            return library, False
+        except OSError:  # unloadable although its checksum matched: drop it and rebuild below
+            shutil.rmtree(os.path.dirname(library), ignore_errors=True)
+    with _build_lock(root, name):
+        library = _cached_library(root, name)
+        if library is None:
+            start = time.perf_counter()
+            try:
+                library = _compile(spec, plan, root)
+            except Exception as error:  # load_inline raises RuntimeError/subprocess errors with compiler output
+                log = os.path.join(root, f"{name}.log")
+                with open(log, "w") as f:
+                    f.write(str(error))
+                raise BuildError(f"activations: building {name} failed (log: {log}):\n{error}") from error
+            what = f"CPU + CUDA (sm {', '.join(plan['cuda_archs'])})" if spec["cuda"] else "CPU"
+            print(
+                f"activations: compiled {what} kernels in {time.perf_counter() - start:.1f} s -> {library}",
+                file=sys.stderr,
+            )
+            # load_inline loaded the library from its build folder already: registering it twice would fail.
+            return library, True
+        torch.ops.load_library(library)
+        return library, False
+
+
+def _register_cuda_unavailable(reason):
+    """Without CUDA kernels, a CUDA tensor gets an error that says why rather than torch's generic one."""
+    library = torch.library.Library(NAMESPACE, "IMPL")
+
+    def unavailable(*args, **kwargs):
+        raise RuntimeError(f"activations: CUDA kernels are not available: {reason}")
+
+    for op in ("relu", "elu", "selu", "relu_with_mask", "relu_backward", "elu_backward"):
+        library.impl(op, unavailable, "CUDA")
+    return library
+
+
+def load(cuda_arch=None, cpu_only=None):
+    """Build (or find in the cache) and load the operators. Returns a description of what was loaded."""
+    plan = build_plan(cuda_arch, cpu_only)
+    sources = kernel_sources()
+    if plan["cuda_archs"]:
+        spec = build_spec(plan, sources)
+        try:
+            path, compiled = _build_or_load(spec, plan)
+            return {"library": path, "compiled": compiled, "cuda": True, **plan}
+        except BuildError as error:
+            warnings.warn(f"{error}\nactivations: falling back to the CPU kernels only.")
+            plan = {**plan, "cuda_archs": (), "no_cuda_reason": f"the CUDA build failed: {str(error).splitlines()[0]}"}
+    spec = build_spec(plan, sources)
+    path, compiled = _build_or_load(spec, plan)
+    return {"library": path, "compiled": compiled, "cuda": False, **plan}
+
+
+def _loaded_namespace():
+    """The operators of an already loaded build in this process (a second import, or a generated file run
+    beside the module), else None."""
+    try:
+        return torch.ops.activations.relu.default if hasattr(torch.ops.activations, "relu") else None
+    except (AttributeError, RuntimeError):
+        return None
+
+
+def _cli_arguments(argv):
+    import argparse
+
+    parser = argparse.ArgumentParser(prog="activations.py", description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    build = commands.add_parser("build", help="compile the kernels into the cache for this machine")
+    choice = build.add_mutually_exclusive_group()
+    choice.add_argument("--cuda-arch", help="compile CUDA kernels for these archs (e.g. 9.0 or 8.0;9.0), GPU or not")
+    choice.add_argument("--cpu-only", action="store_true", help="compile the CPU kernels only")
+    bench = commands.add_parser("kernelbench", help="write a self-contained KernelBench source file")
+    bench.add_argument("problem", choices=("relu", "elu", "selu"))
+    bench.add_argument("-o", "--output", help="output path (default: kernelbench_<problem>.py)")
+    return parser.parse_args(argv)
+
+
+# Run as a script, the command line is read before the build below, so `build --cuda-arch` compiles only
+# what it asks for.
+_CLI = _cli_arguments(sys.argv[1:]) if globals().get("__name__") == "__main__" else None
+if _CLI is not None and _CLI.command == "build":
+    if _CLI.cuda_arch:
+        os.environ["ACTIVATIONS_CUDA_ARCH"] = _CLI.cuda_arch
+        if not build_plan()["cuda_archs"]:
+            sys.exit(f"activations: cannot build CUDA kernels: {build_plan()['no_cuda_reason']}")
+    if _CLI.cpu_only:
+        os.environ["ACTIVATIONS_CPU_ONLY"] = "1"
+
+if _loaded_namespace() is None:
+    BUILD = load()
+    _cuda_unavailable = None if BUILD["cuda"] else _register_cuda_unavailable(BUILD["no_cuda_reason"])
+else:
+    BUILD = {"library": None, "compiled": False, "cuda": None, "note": "operators were already loaded"}
+
+# ---------------------------------------------------------------------------------------------------------------
+# Python API: functions and modules
+
+_relu_op = torch.ops.activations.relu.default
+_elu_op = torch.ops.activations.elu.default
+_selu_op = torch.ops.activations.selu.default
+
+
+def relu(x):
+    """max(x, 0) elementwise, as torch.relu. The backward keeps 1 bit per element."""
+    return _relu_op(x)
+
+
+def elu(x, alpha=1.0):
+    """x for x > 0, alpha * expm1(x) otherwise, as torch.nn.functional.elu."""
+    return _elu_op(x, alpha)
+
+
+def selu(x):
+    """scale * elu(x, alpha) with torch.selu's constants."""
+    return _selu_op(x)
+
+
+class ReLU(torch.nn.ReLU):
+    """torch.nn.ReLU running our kernels (a subclass, so isinstance checks and state dicts keep working)."""
+
+    def forward(self, x):
+        return relu(x)
+
+
+class ELU(torch.nn.ELU):
+    """torch.nn.ELU(alpha) running our kernels."""
+
+    def forward(self, x):
+        return elu(x, self.alpha)
+
+
+class SELU(torch.nn.SELU):
+    """torch.nn.SELU running our kernels."""
+
+    def forward(self, x):
+        return selu(x)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# KernelBench harness: for each problem the reference Model, our ModelNew, get_inputs and get_init_inputs.
+
+batch_size = 4096
+dim = 393216
+
+# problem -> (torch's reference, ours, init inputs)
+PROBLEMS = {
+    "relu": (torch.relu, relu, []),
+    "elu": (F.elu, elu, [1.0]),
+    "selu": (torch.selu, selu, []),
+}
+
+# The problem the module-level Model/ModelNew/get_inputs/get_init_inputs stand for. A generated KernelBench
+# file replaces this line with its own problem.
+KERNELBENCH_PROBLEM = "relu"
+
+
+def kernelbench(problem):
+    """The KernelBench harness of one problem: a namespace with Model, ModelNew, get_inputs, get_init_inputs."""
+    if problem not in PROBLEMS:
+        raise ValueError(f"activations: unknown KernelBench problem {problem!r}; choose from {sorted(PROBLEMS)}")
+    reference, ours, init_inputs = PROBLEMS[problem]
+
+    class Model(torch.nn.Module):
+        """KernelBench reference: torch's own activation. Takes the problem's init inputs (alpha for ELU)."""
+
+        def __init__(self, *params):
+            super().__init__()
+            self.params = params
+
+        def forward(self, x):
+            return reference(x, *self.params)
+
+    class ModelNew(Model):
+        """The same problem on our kernels."""
+
+        def forward(self, x):
+            return ours(x, *self.params)
+
+    def get_inputs():
+        return [torch.randn(batch_size, dim)]
+
+    def get_init_inputs():
+        return list(init_inputs)
+
+    return types.SimpleNamespace(
+        problem=problem, Model=Model, ModelNew=ModelNew, get_inputs=get_inputs, get_init_inputs=get_init_inputs
+    )
+
+
+_harness = kernelbench(KERNELBENCH_PROBLEM)
+Model, ModelNew, get_inputs, get_init_inputs = (
+    _harness.Model,
+    _harness.ModelNew,
+    _harness.get_inputs,
+    _harness.get_init_inputs,
+)
+
+
+def kernelbench_source(problem):
+    """A self-contained KernelBench source for problem: this module with the kernel sources embedded."""
+    kernelbench(problem)  # validates the name
+    try:
+        module_file = os.path.abspath(__file__)
+    except NameError:
+        raise RuntimeError("activations: generate KernelBench files from activations.py, not from a generated file")
+    with open(module_file, encoding="utf-8") as f:
+        text = f.read()
+    replacements = {
+        r"^_EMBEDDED_SOURCES = None$": f"_EMBEDDED_SOURCES = {json.dumps(kernel_sources(), indent=1)}",
+        r'^KERNELBENCH_PROBLEM = "relu"$': f"KERNELBENCH_PROBLEM = {json.dumps(problem)}",
+    }
+    for pattern, replacement in replacements.items():
+        text, count = re.subn(pattern, lambda _: replacement, text, count=1, flags=re.MULTILINE)
+        if count != 1:
+            raise RuntimeError(f"activations: could not find {pattern!r} in {module_file}")
+    header = (
+        f"# KernelBench problem '{problem}': generated by `python activations.py kernelbench {problem}` from\n"
+        "# activations.py and kernels/. Self-contained: executing it compiles the embedded kernel sources with\n"
+        "# load_inline (cached like the module's own build). Defines Model, ModelNew, get_inputs, get_init_inputs.\n"
+    )
+    return header + text
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Command line
+
+
+def main(args):
+    if args.command == "build":
+        print(f"activations: {'CPU + CUDA' if BUILD['cuda'] else 'CPU'} kernels ready: {BUILD['library']}")
+        if not BUILD["cuda"]:
+            print(f"activations: no CUDA kernels: {BUILD['no_cuda_reason']}")
+        return 0
+    output = args.output or f"kernelbench_{args.problem}.py"
+    with open(output, "w", encoding="utf-8") as f:
+        f.write(kernelbench_source(args.problem))
+    print(f"activations: wrote {output}")
+    return 0
+
+
+if _CLI is not None:
+    sys.exit(main(_CLI))

@@ -1,0 +1,450 @@
+// torch glue: operator schemas, checks, CPU kernels, the CUDA dispatch and autograd, all registered in C++ so a
+// call costs one trip through the dispatcher (an autograd layer in Python would cost about as much again).
+// The math lives in activations.cuh; the CUDA kernels in activations_cuda.cu behind cuda_launch.h.
+//
+// Compiled by activations.py with ACTIVATIONS_WITH_CUDA defined when the CUDA part is built.
+#include <ATen/Parallel.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/empty_strided.h>
+#include <c10/core/DeviceGuard.h>
+#include <c10/core/impl/VirtualGuardImpl.h>
+#include <torch/csrc/autograd/custom_function.h>
+#include <torch/library.h>
+
+#include <cmath>
+#include <tuple>
+#include <type_traits>
+
+#include "activations.cuh"
+#ifdef ACTIVATIONS_WITH_CUDA
+#include "cuda_launch.h"
+#endif
+
+namespace activations {
+namespace {
+
+using at::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// ---------------------------------------------------------------------------------------------------------------
+// Checks and layout
+
+void check_input(const Tensor& t, const char* op, const char* what) {
+  const auto dtype = t.scalar_type();
+  TORCH_CHECK_TYPE(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kHalf || dtype == at::kBFloat16,
+                   "activations.", op, ": unsupported dtype torch.", c10::getDtypeNames(dtype).first, " for ", what,
+                   "; supported: float32, float64, float16, bfloat16");
+  TORCH_CHECK(t.layout() == at::kStrided, "activations.", op, ": ", what, " must be a dense (strided) tensor, got ",
+              t.layout());
+}
+
+void check_same(const Tensor& a, const Tensor& b, const char* op, const char* a_name, const char* b_name) {
+  TORCH_CHECK(a.device() == b.device(), "activations.", op, ": ", a_name, " is on ", a.device(), " but ", b_name,
+              " is on ", b.device());
+  TORCH_CHECK_TYPE(a.scalar_type() == b.scalar_type(), "activations.", op, ": ", a_name, " has dtype ",
+                   a.scalar_type(), " but ", b_name, " has dtype ", b.scalar_type());
+  TORCH_CHECK(a.sym_sizes() == b.sym_sizes(), "activations.", op, ": ", a_name, " has shape ", a.sym_sizes(), " but ",
+              b_name, " has shape ", b.sym_sizes());
+}
+
+// The kernels walk memory linearly. A tensor that covers one dense block (contiguous, transposed,
+// channels_last, ...) is used as it is and its output gets the same strides, as torch does; anything else
+// (step slices, expanded dimensions) is copied to a contiguous tensor first.
+Tensor dense(const Tensor& t) { return t.is_non_overlapping_and_dense() ? t : t.contiguous(); }
+
+// `t` with exactly the strides of `layout` (a dense tensor), copying only if they differ.
+Tensor with_layout_of(const Tensor& t, const Tensor& layout) {
+  if (t.sym_strides() == layout.sym_strides() && t.is_non_overlapping_and_dense()) return t;
+  return at::empty_like(layout, t.options()).copy_(t);
+}
+
+int64_t mask_bytes(int64_t numel) { return (numel + 7) / 8; }
+
+// ---------------------------------------------------------------------------------------------------------------
+// CPU kernels: the same functors, over the same memory-order walk as the CUDA kernels.
+
+template <class scalar_t>
+using compute_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
+
+constexpr int64_t kCpuGrain = 1 << 15;
+
+// Calls fn(scalar_t{}) for t's dtype (float, double, at::Half, at::BFloat16).
+template <class Fn>
+void with_scalar_type(const Tensor& t, Fn&& fn) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return fn(float{});
+    case at::kDouble: return fn(double{});
+    case at::kHalf: return fn(at::Half{});
+    case at::kBFloat16: return fn(at::BFloat16{});
+    default: TORCH_CHECK(false, "activations: unreachable dtype ", t.scalar_type());
+  }
+}
+
+// out[i] = op(in[i]...) in compute precision, rounded once on store.
+template <class scalar_t, class Op, class... In>
+void cpu_elementwise(int64_t n, Op op, scalar_t* out, const In*... in) {
+  using C = compute_t<scalar_t>;
+  at::parallel_for(0, n, kCpuGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) out[i] = static_cast<scalar_t>(op(static_cast<C>(in[i])...));
+  });
+}
+
+template <class scalar_t>
+void cpu_relu_forward_mask(int64_t n, const scalar_t* x, scalar_t* y, uint8_t* mask) {
+  const Relu<compute_t<scalar_t>> relu{};
+  // Parallel over mask bytes, so no two threads write one byte.
+  at::parallel_for(0, mask_bytes(n), kCpuGrain / 8, [&](int64_t begin, int64_t end) {
+    for (int64_t byte = begin; byte < end; ++byte) {
+      uint32_t bits = 0;
+      for (int64_t k = 0, i = byte * 8; k < 8 && i < n; ++k, ++i) {
+        const auto v = static_cast<compute_t<scalar_t>>(x[i]);
+        y[i] = static_cast<scalar_t>(relu.forward(v));
+        bits |= uint32_t(relu.passes_gradient(v)) << k;
+      }
+      mask[byte] = static_cast<uint8_t>(bits);
+    }
+  });
+}
+
+template <class scalar_t>
+void cpu_relu_backward_mask(int64_t n, const scalar_t* grad_out, const uint8_t* mask, scalar_t* grad_in) {
+  const Relu<compute_t<scalar_t>> relu{};
+  at::parallel_for(0, n, kCpuGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) {
+      const bool passes = (mask[i / 8] >> (i % 8)) & 1u;
+      grad_in[i] = static_cast<scalar_t>(relu.backward(static_cast<compute_t<scalar_t>>(grad_out[i]), passes));
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// CUDA dispatch
+
+#ifdef ACTIVATIONS_WITH_CUDA
+DType cuda_dtype(const Tensor& t) {
+  switch (t.scalar_type()) {
+    case at::kFloat: return DType::Float32;
+    case at::kDouble: return DType::Float64;
+    case at::kHalf: return DType::Float16;
+    default: return DType::BFloat16;
+  }
+}
+
+// Runs `launch(stream)` on t's device and current stream; turns a launch error into an exception.
+template <class Launch>
+void on_cuda(const Tensor& t, const char* op, Launch&& launch) {
+  const c10::DeviceGuard guard(t.device());
+  // The stream through c10's device-generic interface: no link-time dependency on c10_cuda.
+  const c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
+  void* stream = impl.getStream(t.device()).native_handle();
+  const char* error = launch(stream);
+  TORCH_CHECK(error == nullptr, "activations.", op, ": CUDA kernel launch failed: ", error);
+}
+#endif
+
+// ---------------------------------------------------------------------------------------------------------------
+// Operators (CPU and CUDA share these; each branches to its device's kernels)
+
+std::tuple<Tensor, Tensor> relu_forward(const Tensor& input, bool with_mask) {
+  check_input(input, "relu", "input");
+  const Tensor x = dense(input);
+  Tensor y = at::empty_like(x);
+  Tensor mask = at::empty({with_mask ? mask_bytes(x.numel()) : 0}, x.options().dtype(at::kByte));
+  const int64_t n = x.numel();
+  if (n == 0) return {y, mask};
+  uint8_t* mask_ptr = with_mask ? mask.data_ptr<uint8_t>() : nullptr;
+  if (x.is_cuda()) {
+#ifdef ACTIVATIONS_WITH_CUDA
+    on_cuda(x, "relu", [&](void* stream) {
+      return cuda_relu_forward(cuda_dtype(x), x.const_data_ptr(), y.mutable_data_ptr(), mask_ptr, n, stream);
+    });
+#else
+    TORCH_CHECK(false, "activations: this build has no CUDA kernels");
+#endif
+  } else {
+    with_scalar_type(x, [&](auto tag) {
+      using scalar_t = decltype(tag);
+      const auto* in = x.const_data_ptr<scalar_t>();
+      auto* out = y.mutable_data_ptr<scalar_t>();
+      if (mask_ptr != nullptr) return cpu_relu_forward_mask(n, in, out, mask_ptr);
+      const Relu<compute_t<scalar_t>> relu{};
+      cpu_elementwise(n, [&](auto v) { return relu.forward(v); }, out, in);
+    });
+  }
+  return {y, mask};
+}
+
+Tensor relu(const Tensor& input) { return std::get<0>(relu_forward(input, false)); }
+
+std::tuple<Tensor, Tensor> relu_with_mask(const Tensor& input) { return relu_forward(input, true); }
+
+Tensor relu_backward(const Tensor& grad_output, const Tensor& mask) {
+  check_input(grad_output, "relu_backward", "grad_output");
+  TORCH_CHECK(grad_output.is_non_overlapping_and_dense(),
+              "activations.relu_backward: grad_output must be dense in the forward output's layout");
+  TORCH_CHECK(mask.scalar_type() == at::kByte && mask.dim() == 1 && mask.is_contiguous() &&
+                  mask.numel() == mask_bytes(grad_output.numel()),
+              "activations.relu_backward: mask must be the uint8 tensor of ", mask_bytes(grad_output.numel()),
+              " bytes that relu_with_mask returned, got ", mask.scalar_type(), " of shape ", mask.sizes());
+  TORCH_CHECK(mask.device() == grad_output.device(), "activations.relu_backward: grad_output is on ",
+              grad_output.device(), " but the saved mask is on ", mask.device());
+  Tensor grad_input = at::empty_like(grad_output);
+  const int64_t n = grad_output.numel();
+  if (n == 0) return grad_input;
+  if (grad_output.is_cuda()) {
+#ifdef ACTIVATIONS_WITH_CUDA
+    on_cuda(grad_output, "relu_backward", [&](void* stream) {
+      return cuda_relu_backward(cuda_dtype(grad_output), grad_output.const_data_ptr(), mask.const_data_ptr<uint8_t>(),
+                                grad_input.mutable_data_ptr(), n, stream);
+    });
+#else
+    TORCH_CHECK(false, "activations: this build has no CUDA kernels");
+#endif
+  } else {
+    with_scalar_type(grad_output, [&](auto tag) {
+      using scalar_t = decltype(tag);
+      cpu_relu_backward_mask(n, grad_output.const_data_ptr<scalar_t>(), mask.const_data_ptr<uint8_t>(),
+                             grad_input.mutable_data_ptr<scalar_t>());
+    });
+  }
+  return grad_input;
+}
+
+Tensor elu_forward(const Tensor& input, double alpha, double scale, const char* op) {
+  check_input(input, op, "input");
+  TORCH_CHECK(std::isfinite(alpha), "activations.", op, ": alpha must be a finite number, got ", alpha);
+  const Tensor x = dense(input);
+  Tensor y = at::empty_like(x);
+  const int64_t n = x.numel();
+  if (n == 0) return y;
+  if (x.is_cuda()) {
+#ifdef ACTIVATIONS_WITH_CUDA
+    on_cuda(x, op, [&](void* stream) {
+      return cuda_elu_forward(cuda_dtype(x), x.const_data_ptr(), y.mutable_data_ptr(), n, alpha, scale, stream);
+    });
+#else
+    TORCH_CHECK(false, "activations: this build has no CUDA kernels");
+#endif
+  } else {
+    with_scalar_type(x, [&](auto tag) {
+      using scalar_t = decltype(tag);
+      const Elu<compute_t<scalar_t>> elu(alpha, scale);
+      cpu_elementwise(n, [&](auto v) { return elu.forward(v); }, y.mutable_data_ptr<scalar_t>(),
+                      x.const_data_ptr<scalar_t>());
+    });
+  }
+  return y;
+}
+
+Tensor elu(const Tensor& input, double alpha) { return elu_forward(input, alpha, 1.0, "elu"); }
+
+Tensor selu(const Tensor& input) { return elu_forward(input, kSeluAlpha, kSeluScale, "selu"); }
+
+Tensor elu_backward(const Tensor& grad_output, const Tensor& saved, double alpha, double scale, bool saved_is_output) {
+  check_input(grad_output, "elu_backward", "grad_output");
+  check_same(grad_output, saved, "elu_backward", "grad_output", "the saved tensor");
+  TORCH_CHECK(!(saved_is_output && alpha < 0), "activations.elu_backward: the gradient cannot be computed from the",
+              " output when alpha < 0 (", alpha, "); save the input instead");
+  const Tensor s = dense(saved);
+  const Tensor g = with_layout_of(grad_output, s);
+  Tensor grad_input = at::empty_like(s);
+  const int64_t n = s.numel();
+  if (n == 0) return grad_input;
+  if (s.is_cuda()) {
+#ifdef ACTIVATIONS_WITH_CUDA
+    on_cuda(s, "elu_backward", [&](void* stream) {
+      return cuda_elu_backward(cuda_dtype(s), g.const_data_ptr(), s.const_data_ptr(), grad_input.mutable_data_ptr(), n,
+                               alpha, scale, saved_is_output, stream);
+    });
+#else
+    TORCH_CHECK(false, "activations: this build has no CUDA kernels");
+#endif
+  } else {
+    with_scalar_type(s, [&](auto tag) {
+      using scalar_t = decltype(tag);
+      const Elu<compute_t<scalar_t>> elu(alpha, scale);
+      auto* out = grad_input.mutable_data_ptr<scalar_t>();
+      const auto* grad = g.const_data_ptr<scalar_t>();
+      const auto* from = s.const_data_ptr<scalar_t>();
+      if (saved_is_output) {
+        cpu_elementwise(n, [&](auto gv, auto yv) { return elu.backward_from_output(gv, yv); }, out, grad, from);
+      } else {
+        cpu_elementwise(n, [&](auto gv, auto xv) { return elu.backward_from_input(gv, xv); }, out, grad, from);
+      }
+    });
+  }
+  return grad_input;
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Meta kernels: shapes and strides only, for torch.compile's fake tensors and the meta device.
+
+std::tuple<Tensor, Tensor> relu_with_mask_meta(const Tensor& input) {
+  check_input(input, "relu", "input");
+  const Tensor x = dense(input);
+  return {at::empty_like(x), at::empty({mask_bytes(x.numel())}, x.options().dtype(at::kByte))};
+}
+
+Tensor unary_meta(const Tensor& input, const char* op) {
+  check_input(input, op, "input");
+  return at::empty_like(dense(input));
+}
+
+Tensor relu_backward_meta(const Tensor& grad_output, const Tensor& mask) {
+  check_input(grad_output, "relu_backward", "grad_output");
+  return at::empty_like(grad_output);
+}
+
+Tensor elu_backward_meta(const Tensor& grad_output, const Tensor& saved, double, double, bool) {
+  check_input(grad_output, "elu_backward", "grad_output");
+  check_same(grad_output, saved, "elu_backward", "grad_output", "the saved tensor");
+  return at::empty_like(dense(saved));
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Autograd. Each function calls the operators below the autograd layer through the dispatcher, so the same
+// code runs on real, fake and meta tensors.
+
+template <class Signature>
+c10::TypedOperatorHandle<Signature> op_handle(const char* name) {
+  return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").template typed<Signature>();
+}
+
+bool needs_grad(const Tensor& x) { return at::GradMode::is_enabled() && x.requires_grad(); }
+
+// Saves 1 bit per element (the mask) instead of a tensor of the input's size.
+class ReluFunction : public torch::autograd::Function<ReluFunction> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& x) {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    static const auto op = op_handle<std::tuple<Tensor, Tensor>(const Tensor&)>("activations::relu_with_mask");
+    auto [y, mask] = op.call(x);
+    ctx->save_for_backward({mask});
+    // The mask is in the output's memory order: keep its strides to lay the incoming gradient out the same way.
+    ctx->saved_data["strides"] = y.sym_strides().vec();
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static const auto op = op_handle<Tensor(const Tensor&, const Tensor&)>("activations::relu_backward");
+    const Tensor mask = ctx->get_saved_variables()[0];
+    const Tensor& grad = grads[0];
+    const auto strides = ctx->saved_data["strides"].toSymIntVector();
+    Tensor grad_dense = grad;
+    if (!(grad.sym_strides() == c10::SymIntArrayRef(strides) && grad.is_non_overlapping_and_dense())) {
+      grad_dense = at::empty_strided_symint(grad.sym_sizes(), strides, grad.options()).copy_(grad);
+    }
+    return {op.call(grad_dense, mask)};
+  }
+};
+
+Tensor relu_autograd(const Tensor& x) {
+  if (!needs_grad(x)) {
+    // Inference: the plain forward, which writes no mask.
+    static const auto op = op_handle<Tensor(const Tensor&)>("activations::relu");
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return op.call(x);
+  }
+  return ReluFunction::apply(x);
+}
+
+// Saves the output when alpha >= 0, so a following layer that keeps its input shares it; the input otherwise.
+class EluFunction : public torch::autograd::Function<EluFunction> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, double alpha, double scale, bool is_selu) {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    static const auto elu_op = op_handle<Tensor(const Tensor&, double)>("activations::elu");
+    static const auto selu_op = op_handle<Tensor(const Tensor&)>("activations::selu");
+    Tensor y = is_selu ? selu_op.call(x) : elu_op.call(x, alpha);
+    const bool save_output = alpha >= 0;
+    ctx->save_for_backward({save_output ? y : x});
+    ctx->saved_data["alpha"] = alpha;
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["saved_is_output"] = save_output;
+    return y;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    static const auto op =
+        op_handle<Tensor(const Tensor&, const Tensor&, double, double, bool)>("activations::elu_backward");
+    const Tensor saved = ctx->get_saved_variables()[0];
+    Tensor grad_input = op.call(grads[0], saved, ctx->saved_data["alpha"].toDouble(),
+                                ctx->saved_data["scale"].toDouble(), ctx->saved_data["saved_is_output"].toBool());
+    return {grad_input, Tensor(), Tensor(), Tensor()};
+  }
+};
+
+Tensor elu_autograd(const Tensor& x, double alpha) {
+  if (!needs_grad(x)) {
+    static const auto op = op_handle<Tensor(const Tensor&, double)>("activations::elu");
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return op.call(x, alpha);
+  }
+  return EluFunction::apply(x, alpha, 1.0, false);
+}
+
+Tensor selu_autograd(const Tensor& x) {
+  if (!needs_grad(x)) {
+    static const auto op = op_handle<Tensor(const Tensor&)>("activations::selu");
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    return op.call(x);
+  }
+  return EluFunction::apply(x, kSeluAlpha, kSeluScale, true);
+}
+
+}  // namespace
+}  // namespace activations
+
+// ---------------------------------------------------------------------------------------------------------------
+// Registration
+
+using namespace activations;
+
+TORCH_LIBRARY(activations, m) {
+  m.def("relu(Tensor x) -> Tensor");
+  m.def("elu(Tensor x, float alpha=1.0) -> Tensor");
+  m.def("selu(Tensor x) -> Tensor");
+  // Internal: the forward that also returns the backward's 1-bit mask, and the backward kernels.
+  m.def("relu_with_mask(Tensor x) -> (Tensor, Tensor)");
+  m.def("relu_backward(Tensor grad_output, Tensor mask) -> Tensor");
+  m.def("elu_backward(Tensor grad_output, Tensor saved, float alpha, float scale, bool saved_is_output) -> Tensor");
+}
+
+#ifdef ACTIVATIONS_WITH_CUDA
+#define ACTIVATIONS_DEVICE_KEYS(X) X(CPU) X(CUDA)
+#else
+#define ACTIVATIONS_DEVICE_KEYS(X) X(CPU)
+#endif
+
+#define ACTIVATIONS_REGISTER_DEVICE(KEY)                                       \
+  TORCH_LIBRARY_IMPL(activations, KEY, m) {                                    \
+    m.impl("relu", &relu);                                                     \
+    m.impl("elu", &elu);                                                       \
+    m.impl("selu", &selu);                                                     \
+    m.impl("relu_with_mask", &relu_with_mask);                                 \
+    m.impl("relu_backward", &relu_backward);                                   \
+    m.impl("elu_backward", &elu_backward);                                     \
+  }
+ACTIVATIONS_DEVICE_KEYS(ACTIVATIONS_REGISTER_DEVICE)
+
+TORCH_LIBRARY_IMPL(activations, Meta, m) {
+  m.impl("relu", [](const Tensor& x) { return unary_meta(x, "relu"); });
+  m.impl("elu", [](const Tensor& x, double alpha) {
+    TORCH_CHECK(std::isfinite(alpha), "activations.elu: alpha must be a finite number, got ", alpha);
+    return unary_meta(x, "elu");
+  });
+  m.impl("selu", [](const Tensor& x) { return unary_meta(x, "selu"); });
+  m.impl("relu_with_mask", &relu_with_mask_meta);
+  m.impl("relu_backward", &relu_backward_meta);
+  m.impl("elu_backward", &elu_backward_meta);
+}
+
+TORCH_LIBRARY_IMPL(activations, Autograd, m) {
+  m.impl("relu", &relu_autograd);
+  m.impl("elu", &elu_autograd);
+  m.impl("selu", &selu_autograd);
+}
