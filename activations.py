@@ -386,8 +386,9 @@ def _register_cuda_unavailable(reason):
     def unavailable(*args, **kwargs):
         raise RuntimeError(f"activations: CUDA kernels are not available: {reason}")
 
-    for op in ("relu", "elu", "selu", "relu_with_mask", "relu_backward", "elu_backward"):
-        library.impl(op, unavailable, "CUDA")
+    for schema in torch._C._jit_get_all_schemas():
+        if schema.name.startswith(f"{NAMESPACE}::"):
+            library.impl(schema.name.split("::")[1], unavailable, "CUDA")
     return library
 
 
@@ -452,45 +453,61 @@ else:
 # ---------------------------------------------------------------------------------------------------------------
 # Python API: functions and modules
 
-_relu_op = torch.ops.activations.relu.default
-_elu_op = torch.ops.activations.elu.default
-_selu_op = torch.ops.activations.selu.default
+_ops = torch.ops.activations
+# Bound once: the OpOverload objects are the cheapest way into the dispatcher from Python.
+_relu, _elu, _selu = _ops.relu.default, _ops.elu.default, _ops.selu.default
+_relu_, _elu_, _selu_ = _ops.relu_.default, _ops.elu_.default, _ops.selu_.default
 
 
-def relu(x):
-    """max(x, 0) elementwise, as torch.relu. The backward keeps 1 bit per element."""
-    return _relu_op(x)
+def relu(x, inplace=False):
+    """max(x, 0) elementwise, as torch.relu. Its backward keeps 1 bit per element instead of a tensor."""
+    return _relu_(x) if inplace else _relu(x)
 
 
-def elu(x, alpha=1.0):
+def elu(x, alpha=1.0, inplace=False):
     """x for x > 0, alpha * expm1(x) otherwise, as torch.nn.functional.elu."""
-    return _elu_op(x, alpha)
+    return _elu_(x, alpha) if inplace else _elu(x, alpha)
 
 
-def selu(x):
-    """scale * elu(x, alpha) with torch.selu's constants."""
-    return _selu_op(x)
+def selu(x, inplace=False):
+    """scale * elu(x, alpha) with torch.selu's constants, as torch.selu."""
+    return _selu_(x) if inplace else _selu(x)
+
+
+def relu_(x):
+    """relu in place, as torch.relu_."""
+    return _relu_(x)
+
+
+def elu_(x, alpha=1.0):
+    """elu in place, as torch.nn.functional.elu_. Its backward works from the output, as torch's does."""
+    return _elu_(x, alpha)
+
+
+def selu_(x):
+    """selu in place, as torch.selu_."""
+    return _selu_(x)
 
 
 class ReLU(torch.nn.ReLU):
-    """torch.nn.ReLU running our kernels (a subclass, so isinstance checks and state dicts keep working)."""
+    """torch.nn.ReLU(inplace) running our kernels (a subclass: isinstance checks and state dicts keep working)."""
 
     def forward(self, x):
-        return relu(x)
+        return relu(x, self.inplace)
 
 
 class ELU(torch.nn.ELU):
-    """torch.nn.ELU(alpha) running our kernels."""
+    """torch.nn.ELU(alpha, inplace) running our kernels."""
 
     def forward(self, x):
-        return elu(x, self.alpha)
+        return elu(x, self.alpha, self.inplace)
 
 
 class SELU(torch.nn.SELU):
-    """torch.nn.SELU running our kernels."""
+    """torch.nn.SELU(inplace) running our kernels."""
 
     def forward(self, x):
-        return selu(x)
+        return selu(x, self.inplace)
 
 
 # ---------------------------------------------------------------------------------------------------------------

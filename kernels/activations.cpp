@@ -3,6 +3,7 @@
 // The math lives in activations.cuh; the CUDA kernels in activations_cuda.cu behind cuda_launch.h.
 //
 // Compiled by activations.py with ACTIVATIONS_WITH_CUDA defined when the CUDA part is built.
+#include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
@@ -19,9 +20,7 @@
 #include <type_traits>
 
 #include "activations.cuh"
-#ifdef ACTIVATIONS_WITH_CUDA
 #include "cuda_launch.h"
-#endif
 
 namespace activations {
 namespace {
@@ -124,7 +123,6 @@ void cpu_relu_backward_mask(int64_t n, const scalar_t* grad_out, const uint8_t* 
 // ---------------------------------------------------------------------------------------------------------------
 // CUDA dispatch
 
-#ifdef ACTIVATIONS_WITH_CUDA
 DType cuda_dtype(const Tensor& t) {
   switch (t.scalar_type()) {
     case at::kFloat: return DType::Float32;
@@ -134,53 +132,144 @@ DType cuda_dtype(const Tensor& t) {
   }
 }
 
-// Runs `launch(stream)` on t's device and current stream; turns a launch error into an exception.
+// Runs `launch(stream)` on t's device and current stream and turns a launch error into an exception. The
+// launch lambdas are generic (`auto stream`), so a build without CUDA never instantiates their calls into
+// activations_cuda.cu; there CUDA tensors never get here (no CUDA kernels are registered).
 template <class Launch>
 void on_cuda(const Tensor& t, const char* op, Launch&& launch) {
+#ifdef ACTIVATIONS_WITH_CUDA
   const c10::DeviceGuard guard(t.device());
   // The stream through c10's device-generic interface: no link-time dependency on c10_cuda.
   const c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
   void* stream = impl.getStream(t.device()).native_handle();
   const char* error = launch(stream);
   TORCH_CHECK(error == nullptr, "activations.", op, ": CUDA kernel launch failed: ", error);
-}
+#else
+  TORCH_CHECK(false, "activations.", op, ": this build has no CUDA kernels");
 #endif
+}
 
 // ---------------------------------------------------------------------------------------------------------------
-// Operators (CPU and CUDA share these; each branches to its device's kernels)
+// Operators. CPU and CUDA share these; each branches to its device's kernels. The *_into functions write into
+// `out`, which may be `x` itself (in-place): every kernel reads element i before it writes element i.
 
-std::tuple<Tensor, Tensor> relu_forward(const Tensor& input, bool with_mask) {
+void relu_into(const Tensor& x, const Tensor& out, const Tensor& mask) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  uint8_t* mask_ptr = mask.numel() > 0 ? mask.mutable_data_ptr<uint8_t>() : nullptr;
+  if (x.is_cuda()) {
+    return on_cuda(x, "relu", [&](auto stream) {
+      return cuda_relu_forward(cuda_dtype(x), x.const_data_ptr(), out.mutable_data_ptr(), mask_ptr, n, stream);
+    });
+  }
+  with_scalar_type(x, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    const auto* in = x.const_data_ptr<scalar_t>();
+    auto* y = out.mutable_data_ptr<scalar_t>();
+    if (mask_ptr != nullptr) return cpu_relu_forward_mask(n, in, y, mask_ptr);
+    const Relu<compute_t<scalar_t>> relu{};
+    cpu_elementwise(n, [&](auto v) { return relu.forward(v); }, y, in);
+  });
+}
+
+void elu_into(const Tensor& x, const Tensor& out, double alpha, double scale, const char* op) {
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  if (x.is_cuda()) {
+    return on_cuda(x, op, [&](auto stream) {
+      return cuda_elu_forward(cuda_dtype(x), x.const_data_ptr(), out.mutable_data_ptr(), n, alpha, scale, stream);
+    });
+  }
+  with_scalar_type(x, [&](auto tag) {
+    using scalar_t = decltype(tag);
+    const Elu<compute_t<scalar_t>> elu(alpha, scale);
+    cpu_elementwise(n, [&](auto v) { return elu.forward(v); }, out.mutable_data_ptr<scalar_t>(),
+                    x.const_data_ptr<scalar_t>());
+  });
+}
+
+Tensor new_mask(const Tensor& x, bool with_mask) {
+  return at::empty({with_mask ? mask_bytes(x.numel()) : 0}, x.options().dtype(at::kByte));
+}
+
+void check_alpha(double alpha, const char* op) {
+  TORCH_CHECK(std::isfinite(alpha), "activations.", op, ": alpha must be a finite number, got ", alpha);
+}
+
+// Out of place: the output has the input's strides when the input is dense (see dense()).
+std::tuple<Tensor, Tensor> relu_out_of_place(const Tensor& input, bool with_mask) {
   check_input(input, "relu", "input");
   const Tensor x = dense(input);
   Tensor y = at::empty_like(x);
-  Tensor mask = at::empty({with_mask ? mask_bytes(x.numel()) : 0}, x.options().dtype(at::kByte));
-  const int64_t n = x.numel();
-  if (n == 0) return {y, mask};
-  uint8_t* mask_ptr = with_mask ? mask.data_ptr<uint8_t>() : nullptr;
-  if (x.is_cuda()) {
-#ifdef ACTIVATIONS_WITH_CUDA
-    on_cuda(x, "relu", [&](void* stream) {
-      return cuda_relu_forward(cuda_dtype(x), x.const_data_ptr(), y.mutable_data_ptr(), mask_ptr, n, stream);
-    });
-#else
-    TORCH_CHECK(false, "activations: this build has no CUDA kernels");
-#endif
-  } else {
-    with_scalar_type(x, [&](auto tag) {
-      using scalar_t = decltype(tag);
-      const auto* in = x.const_data_ptr<scalar_t>();
-      auto* out = y.mutable_data_ptr<scalar_t>();
-      if (mask_ptr != nullptr) return cpu_relu_forward_mask(n, in, out, mask_ptr);
-      const Relu<compute_t<scalar_t>> relu{};
-      cpu_elementwise(n, [&](auto v) { return relu.forward(v); }, out, in);
-    });
-  }
+  Tensor mask = new_mask(x, with_mask);
+  relu_into(x, y, mask);
   return {y, mask};
 }
 
-Tensor relu(const Tensor& input) { return std::get<0>(relu_forward(input, false)); }
+Tensor relu(const Tensor& input) { return std::get<0>(relu_out_of_place(input, false)); }
 
-std::tuple<Tensor, Tensor> relu_with_mask(const Tensor& input) { return relu_forward(input, true); }
+std::tuple<Tensor, Tensor> relu_with_mask(const Tensor& input) { return relu_out_of_place(input, true); }
+
+Tensor elu_out_of_place(const Tensor& input, double alpha, double scale, const char* op) {
+  check_input(input, op, "input");
+  check_alpha(alpha, op);
+  const Tensor x = dense(input);
+  Tensor y = at::empty_like(x);
+  elu_into(x, y, alpha, scale, op);
+  return y;
+}
+
+Tensor elu(const Tensor& input, double alpha) { return elu_out_of_place(input, alpha, 1.0, "elu"); }
+
+Tensor selu(const Tensor& input) { return elu_out_of_place(input, kSeluAlpha, kSeluScale, "selu"); }
+
+// In place. A tensor whose elements share memory (expanded) cannot be written in place, as in torch; one that is
+// not a dense block is computed densely and copied back.
+void check_writable(const Tensor& x, const char* op) {
+  TORCH_CHECK(x.is_non_overlapping_and_dense() || at::has_internal_overlap(x) != at::MemOverlap::Yes,
+              "activations.", op, ": unsupported operation: more than one element of the written-to tensor refers",
+              " to a single memory location. Please clone() the tensor before performing the operation.");
+}
+
+template <class Compute>
+void in_place(const Tensor& x, Compute&& compute_into) {
+  if (x.is_non_overlapping_and_dense()) return compute_into(x, x);
+  const Tensor source = x.contiguous();
+  const Tensor result = at::empty_like(source);
+  compute_into(source, result);
+  x.copy_(result);
+}
+
+Tensor relu_with_mask_inplace(const Tensor& x, bool with_mask) {
+  check_input(x, "relu_", "input");
+  check_writable(x, "relu_");
+  // The mask follows the memory order of x when x is dense, else of its contiguous copy; the backward lays the
+  // gradient out in that order (see ReluFunction).
+  Tensor mask = new_mask(x, with_mask);
+  in_place(x, [&](const Tensor& in, const Tensor& out) { relu_into(in, out, mask); });
+  return mask;
+}
+
+Tensor& relu_(Tensor& x) {
+  relu_with_mask_inplace(x, false);
+  return x;
+}
+
+Tensor relu_with_mask_(Tensor& x) { return relu_with_mask_inplace(x, true); }
+
+Tensor& elu_inplace(Tensor& x, double alpha, double scale, const char* op) {
+  check_input(x, op, "input");
+  check_alpha(alpha, op);
+  check_writable(x, op);
+  in_place(x, [&](const Tensor& in, const Tensor& out) { elu_into(in, out, alpha, scale, op); });
+  return x;
+}
+
+Tensor& elu_(Tensor& x, double alpha) { return elu_inplace(x, alpha, 1.0, "elu_"); }
+
+Tensor& selu_(Tensor& x) { return elu_inplace(x, kSeluAlpha, kSeluScale, "selu_"); }
+
+// Backward
 
 Tensor relu_backward(const Tensor& grad_output, const Tensor& mask) {
   check_input(grad_output, "relu_backward", "grad_output");
@@ -196,14 +285,10 @@ Tensor relu_backward(const Tensor& grad_output, const Tensor& mask) {
   const int64_t n = grad_output.numel();
   if (n == 0) return grad_input;
   if (grad_output.is_cuda()) {
-#ifdef ACTIVATIONS_WITH_CUDA
-    on_cuda(grad_output, "relu_backward", [&](void* stream) {
+    on_cuda(grad_output, "relu_backward", [&](auto stream) {
       return cuda_relu_backward(cuda_dtype(grad_output), grad_output.const_data_ptr(), mask.const_data_ptr<uint8_t>(),
                                 grad_input.mutable_data_ptr(), n, stream);
     });
-#else
-    TORCH_CHECK(false, "activations: this build has no CUDA kernels");
-#endif
   } else {
     with_scalar_type(grad_output, [&](auto tag) {
       using scalar_t = decltype(tag);
@@ -213,36 +298,6 @@ Tensor relu_backward(const Tensor& grad_output, const Tensor& mask) {
   }
   return grad_input;
 }
-
-Tensor elu_forward(const Tensor& input, double alpha, double scale, const char* op) {
-  check_input(input, op, "input");
-  TORCH_CHECK(std::isfinite(alpha), "activations.", op, ": alpha must be a finite number, got ", alpha);
-  const Tensor x = dense(input);
-  Tensor y = at::empty_like(x);
-  const int64_t n = x.numel();
-  if (n == 0) return y;
-  if (x.is_cuda()) {
-#ifdef ACTIVATIONS_WITH_CUDA
-    on_cuda(x, op, [&](void* stream) {
-      return cuda_elu_forward(cuda_dtype(x), x.const_data_ptr(), y.mutable_data_ptr(), n, alpha, scale, stream);
-    });
-#else
-    TORCH_CHECK(false, "activations: this build has no CUDA kernels");
-#endif
-  } else {
-    with_scalar_type(x, [&](auto tag) {
-      using scalar_t = decltype(tag);
-      const Elu<compute_t<scalar_t>> elu(alpha, scale);
-      cpu_elementwise(n, [&](auto v) { return elu.forward(v); }, y.mutable_data_ptr<scalar_t>(),
-                      x.const_data_ptr<scalar_t>());
-    });
-  }
-  return y;
-}
-
-Tensor elu(const Tensor& input, double alpha) { return elu_forward(input, alpha, 1.0, "elu"); }
-
-Tensor selu(const Tensor& input) { return elu_forward(input, kSeluAlpha, kSeluScale, "selu"); }
 
 Tensor elu_backward(const Tensor& grad_output, const Tensor& saved, double alpha, double scale, bool saved_is_output) {
   check_input(grad_output, "elu_backward", "grad_output");
@@ -255,14 +310,10 @@ Tensor elu_backward(const Tensor& grad_output, const Tensor& saved, double alpha
   const int64_t n = s.numel();
   if (n == 0) return grad_input;
   if (s.is_cuda()) {
-#ifdef ACTIVATIONS_WITH_CUDA
-    on_cuda(s, "elu_backward", [&](void* stream) {
+    on_cuda(s, "elu_backward", [&](auto stream) {
       return cuda_elu_backward(cuda_dtype(s), g.const_data_ptr(), s.const_data_ptr(), grad_input.mutable_data_ptr(), n,
                                alpha, scale, saved_is_output, stream);
     });
-#else
-    TORCH_CHECK(false, "activations: this build has no CUDA kernels");
-#endif
   } else {
     with_scalar_type(s, [&](auto tag) {
       using scalar_t = decltype(tag);
@@ -283,16 +334,35 @@ Tensor elu_backward(const Tensor& grad_output, const Tensor& saved, double alpha
 // ---------------------------------------------------------------------------------------------------------------
 // Meta kernels: shapes and strides only, for torch.compile's fake tensors and the meta device.
 
-std::tuple<Tensor, Tensor> relu_with_mask_meta(const Tensor& input) {
+Tensor relu_meta(const Tensor& input) {
   check_input(input, "relu", "input");
-  const Tensor x = dense(input);
-  return {at::empty_like(x), at::empty({mask_bytes(x.numel())}, x.options().dtype(at::kByte))};
-}
-
-Tensor unary_meta(const Tensor& input, const char* op) {
-  check_input(input, op, "input");
   return at::empty_like(dense(input));
 }
+
+std::tuple<Tensor, Tensor> relu_with_mask_meta(const Tensor& input) {
+  const Tensor y = relu_meta(input);
+  return {y, new_mask(y, true)};
+}
+
+Tensor elu_meta(const Tensor& input, double alpha) {
+  check_input(input, "elu", "input");
+  check_alpha(alpha, "elu");
+  return at::empty_like(dense(input));
+}
+
+Tensor selu_meta(const Tensor& input) { return elu_meta(input, kSeluAlpha); }
+
+Tensor& inplace_meta(Tensor& x) {
+  check_input(x, "in-place activation", "input");
+  return x;
+}
+
+Tensor& elu_inplace_meta(Tensor& x, double alpha) {
+  check_alpha(alpha, "elu_");
+  return inplace_meta(x);
+}
+
+Tensor relu_with_mask_inplace_meta(Tensor& x) { return new_mask(inplace_meta(x), true); }
 
 Tensor relu_backward_meta(const Tensor& grad_output, const Tensor& mask) {
   check_input(grad_output, "relu_backward", "grad_output");
@@ -306,8 +376,8 @@ Tensor elu_backward_meta(const Tensor& grad_output, const Tensor& saved, double,
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Autograd. Each function calls the operators below the autograd layer through the dispatcher, so the same
-// code runs on real, fake and meta tensors.
+// Autograd. The functions call the operators below the autograd layer through the dispatcher, so the same code
+// runs on real, fake and meta tensors. Without grad, the autograd kernels go straight to the plain operators.
 
 template <class Signature>
 c10::TypedOperatorHandle<Signature> op_handle(const char* name) {
@@ -316,16 +386,39 @@ c10::TypedOperatorHandle<Signature> op_handle(const char* name) {
 
 bool needs_grad(const Tensor& x) { return at::GradMode::is_enabled() && x.requires_grad(); }
 
-// Saves 1 bit per element (the mask) instead of a tensor of the input's size.
-class ReluFunction : public torch::autograd::Function<ReluFunction> {
+// In-place operators write memory behind autograd's back: bump the version counter, so autograd notices when a
+// tensor saved by an earlier operation was overwritten, as torch's in-place operators do.
+void mark_written(const Tensor& x) { x.unsafeGetTensorImpl()->bump_version(); }
+
+// The strides of the memory order the kernels walk for x (see dense()).
+std::vector<c10::SymInt> walked_strides(const Tensor& x) {
+  if (x.is_non_overlapping_and_dense()) return x.sym_strides().vec();
+  std::vector<c10::SymInt> strides(x.dim(), c10::SymInt(1));
+  for (int64_t d = x.dim() - 2; d >= 0; --d) strides[d] = strides[d + 1] * x.sym_size(d + 1).max(1);
+  return strides;
+}
+
+// ReLU saves 1 bit per element (the mask, in the memory order the forward walked) instead of a full tensor.
+template <bool kInPlace>
+class ReluFunction : public torch::autograd::Function<ReluFunction<kInPlace>> {
  public:
   static Tensor forward(AutogradContext* ctx, const Tensor& x) {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    static const auto op = op_handle<std::tuple<Tensor, Tensor>(const Tensor&)>("activations::relu_with_mask");
-    auto [y, mask] = op.call(x);
+    Tensor y, mask;
+    if constexpr (kInPlace) {
+      static const auto op = op_handle<Tensor(Tensor&)>("activations::relu_with_mask_");
+      ctx->saved_data["strides"] = walked_strides(x);
+      Tensor target = x;
+      mask = op.call(target);
+      mark_written(x);
+      ctx->mark_dirty({x});
+      y = x;
+    } else {
+      static const auto op = op_handle<std::tuple<Tensor, Tensor>(const Tensor&)>("activations::relu_with_mask");
+      std::tie(y, mask) = op.call(x);
+      ctx->saved_data["strides"] = y.sym_strides().vec();
+    }
     ctx->save_for_backward({mask});
-    // The mask is in the output's memory order: keep its strides to lay the incoming gradient out the same way.
-    ctx->saved_data["strides"] = y.sym_strides().vec();
     return y;
   }
 
@@ -334,37 +427,42 @@ class ReluFunction : public torch::autograd::Function<ReluFunction> {
     const Tensor mask = ctx->get_saved_variables()[0];
     const Tensor& grad = grads[0];
     const auto strides = ctx->saved_data["strides"].toSymIntVector();
-    Tensor grad_dense = grad;
+    Tensor grad_walked = grad;
     if (!(grad.sym_strides() == c10::SymIntArrayRef(strides) && grad.is_non_overlapping_and_dense())) {
-      grad_dense = at::empty_strided_symint(grad.sym_sizes(), strides, grad.options()).copy_(grad);
+      grad_walked = at::empty_strided_symint(grad.sym_sizes(), strides, grad.options()).copy_(grad);
     }
-    return {op.call(grad_dense, mask)};
+    return {op.call(grad_walked, mask)};
   }
 };
 
-Tensor relu_autograd(const Tensor& x) {
-  if (!needs_grad(x)) {
-    // Inference: the plain forward, which writes no mask.
-    static const auto op = op_handle<Tensor(const Tensor&)>("activations::relu");
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return op.call(x);
-  }
-  return ReluFunction::apply(x);
-}
-
-// Saves the output when alpha >= 0, so a following layer that keeps its input shares it; the input otherwise.
-class EluFunction : public torch::autograd::Function<EluFunction> {
+// ELU and SELU out of place save the input, as torch does. The derivative could be formed from the output
+// instead (y + alpha * scale for x <= 0), which would let a following layer that keeps its input share the
+// saved tensor, but the output has lost the information where elu flattens out: in bfloat16 at x = -3 that
+// gradient is 4 % off, in float32 at x = -10 0.1 % off, where the input gives it to the output's precision.
+// In place, the input is gone: the output is saved, as torch's elu_ does (and alpha < 0 cannot be
+// differentiated: elu_backward says so).
+template <bool kInPlace>
+class EluFunction : public torch::autograd::Function<EluFunction<kInPlace>> {
  public:
   static Tensor forward(AutogradContext* ctx, const Tensor& x, double alpha, double scale, bool is_selu) {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    static const auto elu_op = op_handle<Tensor(const Tensor&, double)>("activations::elu");
-    static const auto selu_op = op_handle<Tensor(const Tensor&)>("activations::selu");
-    Tensor y = is_selu ? selu_op.call(x) : elu_op.call(x, alpha);
-    const bool save_output = alpha >= 0;
-    ctx->save_for_backward({save_output ? y : x});
+    Tensor y;
+    if constexpr (kInPlace) {
+      static const auto elu_op = op_handle<Tensor&(Tensor&, double)>("activations::elu_");
+      static const auto selu_op = op_handle<Tensor&(Tensor&)>("activations::selu_");
+      Tensor target = x;
+      is_selu ? selu_op.call(target) : elu_op.call(target, alpha);
+      mark_written(x);
+      ctx->mark_dirty({x});
+      y = x;
+    } else {
+      static const auto elu_op = op_handle<Tensor(const Tensor&, double)>("activations::elu");
+      static const auto selu_op = op_handle<Tensor(const Tensor&)>("activations::selu");
+      y = is_selu ? selu_op.call(x) : elu_op.call(x, alpha);
+    }
+    ctx->save_for_backward({kInPlace ? y : x});
     ctx->saved_data["alpha"] = alpha;
     ctx->saved_data["scale"] = scale;
-    ctx->saved_data["saved_is_output"] = save_output;
     return y;
   }
 
@@ -373,27 +471,72 @@ class EluFunction : public torch::autograd::Function<EluFunction> {
         op_handle<Tensor(const Tensor&, const Tensor&, double, double, bool)>("activations::elu_backward");
     const Tensor saved = ctx->get_saved_variables()[0];
     Tensor grad_input = op.call(grads[0], saved, ctx->saved_data["alpha"].toDouble(),
-                                ctx->saved_data["scale"].toDouble(), ctx->saved_data["saved_is_output"].toBool());
+                                ctx->saved_data["scale"].toDouble(), kInPlace);
     return {grad_input, Tensor(), Tensor(), Tensor()};
   }
 };
 
+Tensor relu_autograd(const Tensor& x) {
+  if (needs_grad(x)) return ReluFunction<false>::apply(x);
+  static const auto op = op_handle<Tensor(const Tensor&)>("activations::relu");  // no mask to write
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(x);
+}
+
 Tensor elu_autograd(const Tensor& x, double alpha) {
-  if (!needs_grad(x)) {
-    static const auto op = op_handle<Tensor(const Tensor&, double)>("activations::elu");
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return op.call(x, alpha);
-  }
-  return EluFunction::apply(x, alpha, 1.0, false);
+  if (needs_grad(x)) return EluFunction<false>::apply(x, alpha, 1.0, false);
+  static const auto op = op_handle<Tensor(const Tensor&, double)>("activations::elu");
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(x, alpha);
 }
 
 Tensor selu_autograd(const Tensor& x) {
-  if (!needs_grad(x)) {
-    static const auto op = op_handle<Tensor(const Tensor&)>("activations::selu");
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    return op.call(x);
+  if (needs_grad(x)) return EluFunction<false>::apply(x, kSeluAlpha, kSeluScale, true);
+  static const auto op = op_handle<Tensor(const Tensor&)>("activations::selu");
+  const at::AutoDispatchBelowADInplaceOrView below_autograd;
+  return op.call(x);
+}
+
+Tensor& relu_inplace_autograd(Tensor& x) {
+  if (needs_grad(x)) {
+    ReluFunction<true>::apply(x);
+    return x;
   }
-  return EluFunction::apply(x, kSeluAlpha, kSeluScale, true);
+  static const auto op = op_handle<Tensor&(Tensor&)>("activations::relu_");
+  {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    op.call(x);
+  }
+  mark_written(x);
+  return x;
+}
+
+Tensor& elu_inplace_autograd(Tensor& x, double alpha) {
+  if (needs_grad(x)) {
+    EluFunction<true>::apply(x, alpha, 1.0, false);
+    return x;
+  }
+  static const auto op = op_handle<Tensor&(Tensor&, double)>("activations::elu_");
+  {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    op.call(x, alpha);
+  }
+  mark_written(x);
+  return x;
+}
+
+Tensor& selu_inplace_autograd(Tensor& x) {
+  if (needs_grad(x)) {
+    EluFunction<true>::apply(x, kSeluAlpha, kSeluScale, true);
+    return x;
+  }
+  static const auto op = op_handle<Tensor&(Tensor&)>("activations::selu_");
+  {
+    const at::AutoDispatchBelowADInplaceOrView below_autograd;
+    op.call(x);
+  }
+  mark_written(x);
+  return x;
 }
 
 }  // namespace
@@ -408,8 +551,12 @@ TORCH_LIBRARY(activations, m) {
   m.def("relu(Tensor x) -> Tensor");
   m.def("elu(Tensor x, float alpha=1.0) -> Tensor");
   m.def("selu(Tensor x) -> Tensor");
-  // Internal: the forward that also returns the backward's 1-bit mask, and the backward kernels.
+  m.def("relu_(Tensor(a!) x) -> Tensor(a!)");
+  m.def("elu_(Tensor(a!) x, float alpha=1.0) -> Tensor(a!)");
+  m.def("selu_(Tensor(a!) x) -> Tensor(a!)");
+  // Internal: the forwards that also return the backward's 1-bit mask, and the backward kernels.
   m.def("relu_with_mask(Tensor x) -> (Tensor, Tensor)");
+  m.def("relu_with_mask_(Tensor(a!) x) -> Tensor");
   m.def("relu_backward(Tensor grad_output, Tensor mask) -> Tensor");
   m.def("elu_backward(Tensor grad_output, Tensor saved, float alpha, float scale, bool saved_is_output) -> Tensor");
 }
@@ -420,25 +567,30 @@ TORCH_LIBRARY(activations, m) {
 #define ACTIVATIONS_DEVICE_KEYS(X) X(CPU)
 #endif
 
-#define ACTIVATIONS_REGISTER_DEVICE(KEY)                                       \
-  TORCH_LIBRARY_IMPL(activations, KEY, m) {                                    \
-    m.impl("relu", &relu);                                                     \
-    m.impl("elu", &elu);                                                       \
-    m.impl("selu", &selu);                                                     \
-    m.impl("relu_with_mask", &relu_with_mask);                                 \
-    m.impl("relu_backward", &relu_backward);                                   \
-    m.impl("elu_backward", &elu_backward);                                     \
+#define ACTIVATIONS_REGISTER_DEVICE(KEY)          \
+  TORCH_LIBRARY_IMPL(activations, KEY, m) {       \
+    m.impl("relu", &relu);                        \
+    m.impl("elu", &elu);                          \
+    m.impl("selu", &selu);                        \
+    m.impl("relu_", &relu_);                      \
+    m.impl("elu_", &elu_);                        \
+    m.impl("selu_", &selu_);                      \
+    m.impl("relu_with_mask", &relu_with_mask);    \
+    m.impl("relu_with_mask_", &relu_with_mask_);  \
+    m.impl("relu_backward", &relu_backward);      \
+    m.impl("elu_backward", &elu_backward);        \
   }
 ACTIVATIONS_DEVICE_KEYS(ACTIVATIONS_REGISTER_DEVICE)
 
 TORCH_LIBRARY_IMPL(activations, Meta, m) {
-  m.impl("relu", [](const Tensor& x) { return unary_meta(x, "relu"); });
-  m.impl("elu", [](const Tensor& x, double alpha) {
-    TORCH_CHECK(std::isfinite(alpha), "activations.elu: alpha must be a finite number, got ", alpha);
-    return unary_meta(x, "elu");
-  });
-  m.impl("selu", [](const Tensor& x) { return unary_meta(x, "selu"); });
+  m.impl("relu", &relu_meta);
+  m.impl("elu", &elu_meta);
+  m.impl("selu", &selu_meta);
+  m.impl("relu_", &inplace_meta);
+  m.impl("elu_", &elu_inplace_meta);
+  m.impl("selu_", &inplace_meta);
   m.impl("relu_with_mask", &relu_with_mask_meta);
+  m.impl("relu_with_mask_", &relu_with_mask_inplace_meta);
   m.impl("relu_backward", &relu_backward_meta);
   m.impl("elu_backward", &elu_backward_meta);
 }
@@ -447,4 +599,7 @@ TORCH_LIBRARY_IMPL(activations, Autograd, m) {
   m.impl("relu", &relu_autograd);
   m.impl("elu", &elu_autograd);
   m.impl("selu", &selu_autograd);
+  m.impl("relu_", &relu_inplace_autograd);
+  m.impl("elu_", &elu_inplace_autograd);
+  m.impl("selu_", &selu_inplace_autograd);
 }

@@ -1,0 +1,563 @@
+"""Tests for activations: values and gradients against a float64 reference, shapes and layouts, autograd,
+modules, the KernelBench harness, the build cache and the generated single-file source.
+
+CPU tests run everywhere. CUDA tests run when a GPU is present and the CUDA kernels were built, and are skipped
+with the reason otherwise. Inputs are fresh random draws every run (the seed is in each failure message) mixed
+with the special values: +-0.0, +-inf, NaN, subnormals, the smallest normal and the largest finite value.
+"""
+
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import activations
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+# ---------------------------------------------------------------------------------------------------------------
+# Devices, dtypes, ops
+
+CUDA_REASON = (
+    "no CUDA GPU here"
+    if not torch.cuda.is_available()
+    else f"CUDA kernels not built: {activations.BUILD.get('no_cuda_reason')}"
+    if not activations.BUILD.get("cuda")
+    else None
+)
+requires_cuda = pytest.mark.skipif(CUDA_REASON is not None, reason=CUDA_REASON or "")
+DEVICES = ["cpu", pytest.param("cuda", marks=requires_cuda)]
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+# float64 references: torch's documented formulas, written out with their derivatives. Where torch's own kernels
+# disagree with each other, they follow torch's CUDA kernels: relu(-0.0) = +0.0 (torch's CPU relu keeps -0.0),
+# and a NaN input takes the x > 0 branch of the derivative (torch's CPU float64 elu backward gives NaN there).
+SELU_ALPHA, SELU_SCALE = 1.6732632423543772848170429916717, 1.0507009873554804934193349852946
+
+
+def reference_relu(x):
+    passes = (x > 0) | x.isnan()
+    return torch.where(passes, x, torch.zeros_like(x)), passes.to(x.dtype)
+
+
+def reference_elu(x, alpha=1.0, scale=1.0):
+    negative = x <= 0
+    value = torch.where(negative, torch.expm1(x) * (alpha * scale), x * scale)
+    return value, torch.where(negative, alpha * scale * torch.exp(x), torch.full_like(x, scale))
+
+
+def reference_selu(x):
+    return reference_elu(x, SELU_ALPHA, SELU_SCALE)
+
+
+# name -> (ours, float64 reference returning (value, derivative), extra arguments)
+OPS = {
+    "relu": (activations.relu, reference_relu, ()),
+    "elu": (activations.elu, reference_elu, ()),
+    "elu_alpha_0.3": (activations.elu, reference_elu, (0.3,)),
+    "elu_alpha_-0.7": (activations.elu, reference_elu, (-0.7,)),
+    "selu": (activations.selu, reference_selu, ()),
+}
+INPLACE = {"relu": activations.relu_, "elu": activations.elu_, "selu": activations.selu_}
+
+# Error bounds in units in the last place of the output dtype, against the exact (float64) result.
+# float32 forward: expm1f (<= 1 ulp) times the coefficient alpha * scale formed in float32 as torch forms it, and
+# the rounding of that product: <= 2 ulp. float32 backward: grad * coefficient * expf(x), one more rounding and
+# CUDA's expf (<= 2 ulp, its documented bound) instead of expm1f: <= 3 ulp. float16/bfloat16: computed in float32
+# and rounded once: correctly rounded or one ulp off. float64 is compared with torch's own float64 result, so
+# the errors of both libms add up.
+MAX_ULP = {
+    "forward": {torch.float32: 2.0, torch.float16: 1.0, torch.bfloat16: 1.0, torch.float64: 4.0},
+    "backward": {torch.float32: 3.0, torch.float16: 1.0, torch.bfloat16: 1.0, torch.float64: 4.0},
+}
+MANTISSA_BITS = {torch.float32: 23, torch.float64: 52, torch.float16: 10, torch.bfloat16: 7}
+
+
+def fresh_seed():
+    return random.randrange(2**31)
+
+
+def sample(n, dtype, device, seed):
+    """n random values of every sign and magnitude, after the special values."""
+    info = torch.finfo(dtype)
+    specials = [0.0, -0.0, float("inf"), float("-inf"), float("nan"), info.tiny, -info.tiny, info.max, -info.max,
+                info.tiny / 4, -info.tiny / 4, info.eps, -info.eps, 1.0, -1.0]
+    g = torch.Generator().manual_seed(seed)
+    normal = torch.randn(n, generator=g, dtype=torch.float64) * 3
+    exponent = torch.empty(n, dtype=torch.float64).uniform_(-30, 30, generator=g)
+    wide = torch.where(torch.rand(n, generator=g) < 0.5, -1.0, 1.0).double() * 2.0**exponent
+    values = torch.cat([torch.tensor(specials, dtype=torch.float64), normal, wide])
+    return values.to(dtype).to(device)
+
+
+def ulp_errors(actual, exact):
+    """|actual - exact| in ulps of actual's dtype at exact (both finite)."""
+    info = torch.finfo(actual.dtype)
+    _, exponent = torch.frexp(exact.abs().clamp(min=info.smallest_normal, max=info.max))
+    ulp = 2.0 ** (exponent.double() - 1 - MANTISSA_BITS[actual.dtype])
+    return (actual.double() - exact).abs() / ulp
+
+
+def assert_matches(actual, exact, dtype, what, seed):
+    """actual (dtype) against the float64 exact result: same NaNs, same infinities, same zeros, and every
+    finite value within the dtype's ulp bound for the direction named in `what`. Zero signs are checked for
+    values (gradients of zero carry the sign of a product, which torch's kernels do not agree on)."""
+    max_ulp = MAX_ULP["backward" if "backward" in what else "forward"][dtype]
+    actual, exact = actual.cpu(), exact.cpu().double()
+    assert actual.dtype == dtype, f"{what}: dtype {actual.dtype}, expected {dtype}"
+    assert actual.shape == exact.shape, f"{what}: shape {tuple(actual.shape)}, expected {tuple(exact.shape)}"
+    nan = exact.isnan()
+    assert torch.equal(actual.isnan(), nan), f"{what} (seed {seed}): NaN where the reference is not, or vice versa"
+    # Infinite results, and finite ones past the largest finite value that round to infinity; an answer one
+    # ulp off there is the largest finite value.
+    rounded = exact.to(dtype).double()
+    inf = rounded.isinf()
+    largest = torch.finfo(dtype).max * rounded[inf].sign()
+    got = actual[inf].double()
+    assert torch.all((got == rounded[inf]) | ((got == largest) & exact[inf].isfinite())), (
+        f"{what} (seed {seed}): infinities differ"
+    )
+    zero = exact == 0
+    assert torch.all(actual[zero] == 0), f"{what} (seed {seed}): nonzero where the result is zero"
+    if "backward" not in what:
+        assert torch.equal(actual[zero].signbit(), exact[zero].signbit()), f"{what} (seed {seed}): zero signs differ"
+    finite = ~nan & ~inf & ~zero
+    errors = ulp_errors(actual[finite], exact[finite])
+    if errors.numel():
+        worst = errors.argmax()
+        assert errors.max() <= max_ulp, (
+            f"{what} (seed {seed}): {errors.max().item():.2f} ulp off (bound {max_ulp}) at element {worst.item()}: "
+            f"got {actual[finite][worst].item()!r}, exact {exact[finite][worst].item()!r}"
+        )
+
+
+def exact_forward_and_gradient(name, x, grad):
+    """float64 reference values and input gradient."""
+    _, reference, args = OPS[name]
+    value, derivative = reference(x.detach().cpu().double(), *args)
+    return value, grad.detach().cpu().double() * derivative
+
+
+def as_bits(t):
+    """The raw bits of t, for bit-for-bit comparisons (NaN payloads and zero signs included)."""
+    return t.contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]).cpu()
+
+
+def poison_allocator(device, nbytes):
+    """Fill freed memory with 0x7f bytes (a huge float32/bfloat16, a NaN in float16) so that an output element a
+    kernel never writes shows up as a wrong value, not as a lucky zero."""
+    junk = torch.full((nbytes,), 0x7F, dtype=torch.uint8, device=device)
+    del junk
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Values and gradients against float64
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", OPS)
+def test_forward_and_backward_match_float64(name, dtype, device):
+    ours, _, args = OPS[name]
+    seed = fresh_seed()
+    x = sample(4099, dtype, device, seed)  # an odd size: vector body plus a tail
+    grad = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed + 1)).to(dtype).to(device)
+    exact_y, exact_grad = exact_forward_and_gradient(name, x, grad)
+
+    poison_allocator(device, 4 * x.numel() * x.element_size())
+    x_ = x.clone().requires_grad_()
+    y = ours(x_, *args)
+    assert y.device == x.device
+    assert_matches(y.detach(), exact_y, dtype, f"{name} forward {dtype} {device}", seed)
+    poison_allocator(device, 4 * x.numel() * x.element_size())
+    (g,) = torch.autograd.grad(y, x_, grad)
+    assert_matches(g, exact_grad, dtype, f"{name} backward {dtype} {device}", seed)
+    # The inference path (no mask, no saved tensor) gives the same values.
+    with torch.no_grad():
+        assert torch.equal(as_bits(ours(x, *args)), as_bits(y.detach()))
+
+
+@requires_cuda
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", OPS)
+def test_cuda_matches_torch_bit_for_bit_where_torch_is_exact(name, dtype):
+    """relu is exact: our CUDA results equal torch's bit for bit; elu/selu follow torch's formula in the same
+    precision and are compared within one ulp of torch's CUDA result."""
+    ours, _, args = OPS[name]
+    reference = {"relu": torch.relu, "selu": torch.selu}.get(name, F.elu)
+    x = sample(10001, dtype, "cuda", fresh_seed()).requires_grad_()
+    grad = torch.randn(x.shape, device="cuda").to(dtype)
+    y, y_torch = ours(x, *args), reference(x, *args)
+    g, g_torch = torch.autograd.grad(y, x, grad)[0], torch.autograd.grad(y_torch, x, grad)[0]
+    if name == "relu":
+        assert torch.equal(as_bits(y.detach()), as_bits(y_torch.detach()))
+        assert torch.equal(as_bits(g), as_bits(g_torch))
+    else:
+        torch.testing.assert_close(y, y_torch, equal_nan=True, rtol=2 * torch.finfo(dtype).eps, atol=0)
+        torch.testing.assert_close(g, g_torch, equal_nan=True, rtol=4 * torch.finfo(dtype).eps, atol=0)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_relu_mask_bits(dtype, device):
+    """The forward's saved mask holds, bit i of byte i / 8, whether element i passes its gradient."""
+    seed = fresh_seed()
+    for n in (1, 7, 8, 9, 31, 33, 1000, 4099):
+        x = sample(n, dtype, device, seed)[-n:] if n > 15 else sample(n, dtype, device, seed)[:n]
+        poison_allocator(device, 1 << 16)
+        y, mask = torch.ops.activations.relu_with_mask(x)
+        bits = torch.stack([(mask.cpu() >> k) & 1 for k in range(8)], dim=1).flatten()[:n].bool()
+        assert mask.numel() == (n + 7) // 8
+        assert torch.equal(bits, ~(x.cpu() <= 0)), f"mask bits wrong for n={n} (seed {seed})"
+        assert torch.equal(y.cpu().nan_to_num(), reference_relu(x)[0].cpu().nan_to_num())
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Shapes and layouts
+
+
+def layouts(device):
+    """name -> input tensor of some shape or memory layout."""
+    base = torch.randn(4, 6, 10, device=device)
+    return {
+        "0-d": torch.tensor(-1.5, device=device),
+        "empty": torch.empty(0, device=device),
+        "empty-2d": torch.empty(3, 0, device=device),
+        "one": torch.randn(1, device=device),
+        "odd": torch.randn(4097, device=device),
+        "3d": base,
+        "transposed": base.transpose(0, 2),
+        "step-slice": base[:, ::2, 1::3],
+        "expanded": torch.randn(1, 6, device=device).expand(5, 6),
+        "misaligned": torch.randn(4097, device=device)[1:],
+        "misaligned-odd-length": torch.randn(1001, device=device)[3:1000],
+        "channels-last": torch.randn(2, 3, 5, 7, device=device).to(memory_format=torch.channels_last),
+        "flipped": torch.flip(base, dims=[1]),
+    }
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("layout", list(layouts("cpu")))
+@pytest.mark.parametrize("name", ["relu", "elu", "selu"])
+def test_shapes_and_layouts(name, layout, device):
+    ours, _, args = OPS[name]
+    torch_fn = {"relu": torch.relu, "elu": F.elu, "selu": torch.selu}[name]
+    x = layouts(device)[layout]
+    seed = fresh_seed()
+    exact_y, exact_grad = exact_forward_and_gradient(name, x, torch.ones_like(x))
+    x_ = x.detach().clone(memory_format=torch.preserve_format) if layout != "expanded" else x.detach()
+    x_ = x_.requires_grad_() if x_.is_leaf else x_
+    y = ours(x_, *args)
+    assert y.shape == x.shape
+    assert y.stride() == torch_fn(x).stride(), f"output strides {y.stride()}, torch gives {torch_fn(x).stride()}"
+    assert_matches(y.detach(), exact_y, x.dtype, f"{name} {layout}", seed)
+    if x.numel():
+        # A gradient with other strides than the output (here: expanded, as from .sum()).
+        (g,) = torch.autograd.grad(y.sum(), x_)
+        assert_matches(g, exact_grad, x.dtype, f"{name} {layout} backward", seed)
+
+
+@requires_cuda
+@pytest.mark.parametrize("name", ["relu", "elu", "selu"])
+def test_more_than_2_to_the_31_elements(name):
+    """64-bit indexing: 2^31 + 17 bfloat16 elements, forward and backward, checked at both ends and the middle."""
+    ours, _, args = OPS[name]
+    n = 2**31 + 17
+    x = torch.empty(n, dtype=torch.bfloat16, device="cuda")
+    x[: n // 2].fill_(-1.0)
+    x[n // 2 :].fill_(2.0)
+    x[-5:] = torch.tensor([-3.0, 0.5, -0.25, 4.0, -8.0], dtype=torch.bfloat16)
+    x.requires_grad_()
+    y = ours(x, *args)
+    idx = torch.tensor([0, 1, n // 2 - 1, n // 2, n - 6, n - 5, n - 4, n - 3, n - 2, n - 1], device="cuda")
+    exact_y, exact_grad = exact_forward_and_gradient(name, x.detach()[idx], torch.ones(len(idx)))
+    assert_matches(y.detach()[idx], exact_y, torch.bfloat16, f"{name} 2^31+17 forward", 0)
+    (g,) = torch.autograd.grad(y, x, torch.ones_like(y))
+    del y
+    assert_matches(g[idx], exact_grad, torch.bfloat16, f"{name} 2^31+17 backward", 0)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Autograd
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", OPS)
+def test_gradcheck_float64(name, device):
+    ours, _, args = OPS[name]
+    x = torch.randn(5, 7, dtype=torch.float64, device=device)
+    x = (x + 0.1 * x.sign()).requires_grad_()  # keep clear of relu's kink at 0
+    assert torch.autograd.gradcheck(lambda t: ours(t, *args), (x,))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_no_grad_and_requires_grad_paths(device):
+    x = torch.randn(100, device=device)
+    with torch.no_grad():
+        assert activations.relu(x.requires_grad_()).grad_fn is None
+    y = activations.relu(x)
+    assert y.requires_grad and y.grad_fn is not None
+    assert activations.elu(torch.randn(3, device=device)).grad_fn is None
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", ["relu", "elu", "selu"])
+def test_inplace_values_and_gradients(name, dtype, device):
+    """relu_/elu_/selu_ write the same values in place; their backward works from the output, as torch's does:
+    relu's exactly, elu's as grad * (y + alpha * scale) for y <= 0. That formula cancels where elu flattens out,
+    so there the error is bounded in absolute terms: one ulp of alpha * scale (in the dtype), times |grad|."""
+    _, reference, args = OPS[name]
+    seed = fresh_seed()
+    x = sample(1001, dtype, device, seed)
+    exact_y, _ = exact_forward_and_gradient(name, x, torch.ones_like(x))
+    leaf = x.clone().requires_grad_()
+    y = leaf.clone()
+    assert INPLACE[name](y) is y and y.grad_fn is not None
+    assert_matches(y.detach(), exact_y, dtype, f"{name}_ values {device}", seed)
+    grad = torch.randn(x.shape, device=device).to(dtype)
+    (g,) = torch.autograd.grad(y, leaf, grad)
+    # The exact derivative at our output (the saved tensor).
+    y64, grad64 = y.detach().cpu().double(), grad.cpu().double()
+    coef = {"relu": 0.0, "elu": 1.0, "selu": SELU_ALPHA * SELU_SCALE}[name]
+    slope = SELU_SCALE if name == "selu" else 1.0
+    if name == "relu":
+        derivative = ((y64 > 0) | y64.isnan()).double()
+    else:
+        derivative = torch.where(y64 <= 0, y64 + coef, torch.full_like(y64, slope))
+    exact = grad64 * derivative
+    ulp_of_coef = torch.finfo(dtype).eps * max(coef, 1.0)
+    error = (g.cpu().double() - exact).abs()
+    bound = MAX_ULP["backward"][dtype] * torch.finfo(dtype).eps * exact.abs() + ulp_of_coef * grad64.abs()
+    assert torch.equal(g.cpu().isnan(), exact.isnan())
+    finite = exact.isfinite()
+    assert torch.all(error[finite] <= bound[finite]), (
+        f"{name}_ backward {dtype} (seed {seed}): worst {(error - bound)[finite].max().item():.3g} past the bound"
+    )
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["relu", "elu", "selu"])
+def test_inplace_autograd_errors_match_torch(name, device):
+    leaf = torch.randn(10, device=device, requires_grad=True)
+    with pytest.raises(RuntimeError, match="a leaf Variable that requires grad"):
+        INPLACE[name](leaf)
+    # Overwriting a tensor that an earlier operation saved: its backward must notice.
+    a = leaf * 1.0
+    b = a * a  # saves a
+    INPLACE[name](a)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        b.sum().backward()
+    # Expanded (self-overlapping) tensors cannot be written in place.
+    with pytest.raises(RuntimeError, match="more than one element"):
+        INPLACE[name](torch.randn(1, 4, device=device).expand(3, 4))
+
+
+def test_inplace_elu_with_negative_alpha_cannot_backward():
+    x = torch.randn(10, requires_grad=True).clone()
+    activations.elu_(x, -0.5)
+    with pytest.raises(RuntimeError, match="alpha < 0"):
+        x.sum().backward()
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["relu", "elu", "selu"])
+def test_inplace_on_non_dense_view(name, device):
+    base = torch.randn(6, 8, device=device)
+    expected = base.clone()
+    exact_y, _ = exact_forward_and_gradient(name, base[:, ::2], torch.ones(6, 4))
+    expected[:, ::2] = exact_y.to(device).float()
+    INPLACE[name](base[:, ::2])
+    torch.testing.assert_close(base, expected)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Modules
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_modules_match_torch_modules(device):
+    torch.manual_seed(fresh_seed())
+    pairs = [(activations.ReLU(), torch.nn.ReLU()), (activations.ELU(0.5), torch.nn.ELU(0.5)),
+             (activations.SELU(), torch.nn.SELU()), (activations.ReLU(inplace=True), torch.nn.ReLU(inplace=True))]
+    for ours, theirs in pairs:
+        assert isinstance(ours, type(theirs)) and repr(ours) == repr(theirs)
+        lin = torch.nn.Linear(16, 16).to(device)
+        x = torch.randn(8, 16, device=device, requires_grad=True)
+        y1 = torch.nn.Sequential(lin, ours)(x)
+        (g1,) = torch.autograd.grad(y1.square().sum(), x)
+        y2 = torch.nn.Sequential(lin, theirs)(x)
+        (g2,) = torch.autograd.grad(y2.square().sum(), x)
+        torch.testing.assert_close(y1, y2)
+        torch.testing.assert_close(g1, g2)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Errors
+
+
+def test_bad_inputs_give_clear_errors():
+    for dtype in (torch.int32, torch.int64, torch.bool, torch.complex64, torch.uint8):
+        x = torch.zeros(3, dtype=dtype)
+        for name, fn in (("relu", activations.relu), ("elu", activations.elu), ("selu", activations.selu)):
+            with pytest.raises(TypeError, match=rf"activations\.{name}: unsupported dtype torch\.{str(dtype)[6:]}"):
+                fn(x)
+    with pytest.raises(RuntimeError, match="Tensor"):
+        activations.relu([1.0, -1.0])
+    with pytest.raises(RuntimeError, match="alpha must be a finite number"):
+        activations.elu(torch.randn(3), float("nan"))
+    with pytest.raises(RuntimeError, match="float"):
+        activations.elu(torch.randn(3), "one")
+
+
+@pytest.mark.skipif(torch.cuda.is_available() or not torch.backends.cuda.is_built() or activations.BUILD["cuda"],
+                    reason="needs a CPU-only build of the kernels and a torch that can make a CUDA tensor")
+def test_cuda_tensor_without_cuda_kernels_says_why():
+    meta = torch.empty(3, device="meta")  # cannot make a real CUDA tensor without a GPU: call the CUDA kernel
+    assert activations.relu(meta).shape == (3,)
+    with pytest.raises(RuntimeError, match="CUDA kernels are not available: "):
+        torch.ops.activations.relu.default.redispatch(torch._C.DispatchKeySet("CUDA"), meta)
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# KernelBench harness
+
+
+@pytest.mark.parametrize("problem", ["relu", "elu", "selu"])
+def test_kernelbench_model_new_matches_model(problem):
+    kb = activations.kernelbench(problem)
+    assert kb.get_init_inputs() == ([1.0] if problem == "elu" else [])
+    model, model_new = kb.Model(*kb.get_init_inputs()), kb.ModelNew(*kb.get_init_inputs())
+    x = torch.randn(64, 1000)
+    torch.testing.assert_close(model_new(x), model(x), atol=1e-2, rtol=1e-2)
+
+
+@requires_cuda
+@pytest.mark.parametrize("problem", ["relu", "elu", "selu"])
+def test_kernelbench_harness_on_gpu_at_full_size(problem):
+    kb = activations.kernelbench(problem)
+    (x,) = [t.cuda() for t in kb.get_inputs()]
+    assert x.shape == (activations.batch_size, activations.dim) == (4096, 393216)
+    model, model_new = kb.Model(*kb.get_init_inputs()).cuda(), kb.ModelNew(*kb.get_init_inputs()).cuda()
+    out_new = model_new(x)
+    out = model(x)
+    torch.testing.assert_close(out_new, out, atol=1e-2, rtol=1e-2)
+
+
+def test_generated_kernelbench_files_run_in_a_fresh_namespace(tmp_path):
+    """Each generated file is self-contained: exec'd from another directory in a fresh namespace, it builds (or
+    finds cached) the embedded kernels and its ModelNew matches its Model. It can also be imported as a module."""
+    for problem in ("relu", "elu", "selu"):
+        subprocess.run([sys.executable, os.path.join(HERE, "activations.py"), "kernelbench", problem, "-o",
+                        str(tmp_path / f"kb_{problem}.py")], check=True, capture_output=True)
+    script = textwrap.dedent("""
+        import sys, torch
+        for problem in ("relu", "elu", "selu"):
+            namespace = {}
+            exec(compile(open(f"kb_{problem}.py").read(), f"kb_{problem}.py", "exec"), namespace)
+            assert namespace["KERNELBENCH_PROBLEM"] == problem
+            init = namespace["get_init_inputs"]()
+            model, model_new = namespace["Model"](*init), namespace["ModelNew"](*init)
+            x = torch.randn(16, 300)
+            torch.testing.assert_close(model_new(x), model(x), atol=1e-2, rtol=1e-2)
+        import kb_selu
+        assert torch.equal(kb_selu.selu(torch.tensor([1.0])), torch.selu(torch.tensor([1.0])))
+        print("ok")
+    """)
+    result = subprocess.run([sys.executable, "-c", script], cwd=tmp_path, capture_output=True, text=True,
+                            env={**os.environ, "PYTHONPATH": str(tmp_path)})
+    assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
+    assert not (tmp_path / "kernels").exists()
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Build and cache
+
+
+def test_normalize_archs():
+    assert activations._normalize_archs("9.0") == ("9.0",)
+    assert activations._normalize_archs("8.0;9.0 sm_86 90a") == ("8.0", "8.6", "9.0", "9.0a")
+    with pytest.raises(ValueError, match="cannot read CUDA arch"):
+        activations._normalize_archs("hopper")
+
+
+def test_expand_includes_inlines_each_header_once():
+    sources = {"a.cuh": "int a;", "b.cuh": '#include "a.cuh"\nint b;', "x.cpp": '#include "a.cuh"\n#include "b.cuh"'}
+    text = activations.expand_includes(sources["x.cpp"], sources)
+    assert text.count("int a;") == 1 and text.count("int b;") == 1
+    with pytest.raises(RuntimeError, match="missing.h"):
+        activations.expand_includes('#include "missing.h"', sources)
+
+
+def test_build_key_covers_sources_flags_and_target():
+    plan = {"cuda_archs": (), "cuda_home": None, "no_cuda_reason": "test"}
+    sources = activations.kernel_sources()
+    base = activations.build_spec(plan, sources)["name"]
+    assert activations.build_spec(plan, sources)["name"] == base
+    changed = dict(sources, **{"activations.cuh": sources["activations.cuh"] + "\n// changed"})
+    assert activations.build_spec(plan, changed)["name"] != base
+    cuda = activations.build_spec({**plan, "cuda_archs": ("9.0",)}, sources)["name"]
+    assert cuda != base and activations.build_spec({**plan, "cuda_archs": ("8.0",)}, sources)["name"] != cuda
+
+
+def copy_project(destination):
+    shutil.copy(os.path.join(HERE, "activations.py"), destination)
+    shutil.copytree(os.path.join(HERE, "kernels"), os.path.join(destination, "kernels"))
+
+
+def run_python(code, cwd, cache, **env):
+    environment = {**os.environ, "ACTIVATIONS_CACHE_DIR": str(cache), **env}
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=environment, capture_output=True, text=True)
+
+
+def test_cache_second_import_does_not_compile_and_changed_source_rebuilds(tmp_path):
+    copy_project(tmp_path)
+    cache = tmp_path / "cache"
+    check = "import activations, torch; assert torch.equal(activations.relu(torch.tensor([-1., 2.])), torch.tensor([0., 2.]))"
+    first = run_python(check, tmp_path, cache, ACTIVATIONS_CPU_ONLY="1")
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert first.stderr.count("activations: compiled") == 1, first.stderr
+    second = run_python(check, tmp_path, cache, ACTIVATIONS_CPU_ONLY="1")
+    assert second.returncode == 0 and second.stderr == "", second.stderr
+    assert not list(cache.glob("*.build-*")), "a build folder was left behind"
+
+    header = tmp_path / "kernels" / "activations.cuh"
+    header.write_text(header.read_text() + "\n// a change\n")
+    third = run_python(check, tmp_path, cache, ACTIVATIONS_CPU_ONLY="1")
+    assert third.returncode == 0 and "activations: compiled" in third.stderr, third.stderr
+    assert len([p for p in cache.iterdir() if p.is_dir()]) == 2
+
+
+def test_compile_error_shows_the_compiler_message(tmp_path):
+    copy_project(tmp_path)
+    source = tmp_path / "kernels" / "activations.cpp"
+    source.write_text(source.read_text() + "\nthis_is_not_cpp;\n")
+    result = run_python("import activations", tmp_path, tmp_path / "cache", ACTIVATIONS_CPU_ONLY="1")
+    assert result.returncode != 0
+    assert "this_is_not_cpp" in result.stderr and "does not name a type" in result.stderr, result.stderr[-3000:]
+    assert list((tmp_path / "cache").glob("*.log")), "no build log written"
+    assert not list((tmp_path / "cache").glob("*/*.so")), "a failed build left a library in the cache"
+
+
+@pytest.mark.skipif(activations.find_cuda_home() is None or torch.version.cuda is None,
+                    reason="needs nvcc and a CUDA build of torch")
+def test_cuda_sources_compile_without_a_gpu(tmp_path):
+    """`python activations.py build --cuda-arch 9.0` compiles the CUDA kernels whether or not a GPU is here."""
+    copy_project(tmp_path)
+    result = subprocess.run([sys.executable, "activations.py", "build", "--cuda-arch", "9.0"], cwd=tmp_path,
+                            env={**os.environ, "ACTIVATIONS_CACHE_DIR": str(tmp_path / "cache")},
+                            capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "CPU + CUDA kernels ready" in result.stdout, result.stdout + result.stderr
+    check = ("import torch, activations; assert activations.BUILD['cuda'], activations.BUILD; "
+             "assert torch._C._dispatch_has_kernel_for_dispatch_key('activations::relu', 'CUDA')")
+    loaded = run_python(check, tmp_path, tmp_path / "cache", ACTIVATIONS_CUDA_ARCH="9.0")
+    assert loaded.returncode == 0 and loaded.stderr == "", loaded.stderr[-3000:]
