@@ -461,32 +461,36 @@ _relu_, _elu_, _selu_ = _ops.relu_.default, _ops.elu_.default, _ops.selu_.defaul
 
 def relu(x, inplace=False):
     """max(x, 0) elementwise, as torch.relu. Its backward keeps 1 bit per element instead of a tensor."""
-    return _relu_(x) if inplace else _relu(x)
+    return relu_(x) if inplace else _relu(x)
 
 
 def elu(x, alpha=1.0, inplace=False):
     """x for x > 0, alpha * expm1(x) otherwise, as torch.nn.functional.elu."""
-    return _elu_(x, alpha) if inplace else _elu(x, alpha)
+    return elu_(x, alpha) if inplace else _elu(x, alpha)
 
 
 def selu(x, inplace=False):
     """scale * elu(x, alpha) with torch.selu's constants, as torch.selu."""
-    return _selu_(x) if inplace else _selu(x)
+    return selu_(x) if inplace else _selu(x)
 
 
 def relu_(x):
-    """relu in place, as torch.relu_."""
-    return _relu_(x)
+    """relu in place, as torch.relu_; returns x."""
+    _relu_(x)
+    return x
 
 
 def elu_(x, alpha=1.0):
-    """elu in place, as torch.nn.functional.elu_. Its backward works from the output, as torch's does."""
-    return _elu_(x, alpha)
+    """elu in place, as torch.nn.functional.elu_; returns x. Its backward works from the output, as torch's does,
+    so it needs alpha >= 0."""
+    _elu_(x, alpha)
+    return x
 
 
 def selu_(x):
-    """selu in place, as torch.selu_."""
-    return _selu_(x)
+    """selu in place, as torch.selu_; returns x."""
+    _selu_(x)
+    return x
 
 
 class ReLU(torch.nn.ReLU):

@@ -151,6 +151,16 @@ def as_bits(t):
     return t.contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]).cpu()
 
 
+def assert_same_bits(ours, theirs, x, what):
+    differ = (as_bits(ours) != as_bits(theirs)).nonzero().flatten()
+    assert differ.numel() == 0, (
+        f"{what}: {differ.numel()} elements differ from torch, first at {differ[0].item()}: input "
+        f"{x.flatten()[differ[0]].item()!r}, ours {ours.flatten()[differ[0]].item()!r} "
+        f"(bits {as_bits(ours)[differ[0]].item():#x}), torch's {theirs.flatten()[differ[0]].item()!r} "
+        f"(bits {as_bits(theirs)[differ[0]].item():#x})"
+    )
+
+
 def poison_allocator(device, nbytes):
     """Fill freed memory with 0x7f bytes (a huge float32/bfloat16, a NaN in float16) so that an output element a
     kernel never writes shows up as a wrong value, not as a lucky zero."""
@@ -198,8 +208,8 @@ def test_cuda_matches_torch_bit_for_bit_where_torch_is_exact(name, dtype):
     y, y_torch = ours(x, *args), reference(x, *args)
     g, g_torch = torch.autograd.grad(y, x, grad)[0], torch.autograd.grad(y_torch, x, grad)[0]
     if name == "relu":
-        assert torch.equal(as_bits(y.detach()), as_bits(y_torch.detach()))
-        assert torch.equal(as_bits(g), as_bits(g_torch))
+        assert_same_bits(y.detach(), y_torch.detach(), x, "forward")
+        assert_same_bits(g, g_torch, x, "backward")
     else:
         torch.testing.assert_close(y, y_torch, equal_nan=True, rtol=2 * torch.finfo(dtype).eps, atol=0)
         torch.testing.assert_close(g, g_torch, equal_nan=True, rtol=4 * torch.finfo(dtype).eps, atol=0)
@@ -561,3 +571,42 @@ def test_cuda_sources_compile_without_a_gpu(tmp_path):
              "assert torch._C._dispatch_has_kernel_for_dispatch_key('activations::relu', 'CUDA')")
     loaded = run_python(check, tmp_path, tmp_path / "cache", ACTIVATIONS_CUDA_ARCH="9.0")
     assert loaded.returncode == 0 and loaded.stderr == "", loaded.stderr[-3000:]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# torch.compile and opcheck
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", ["relu", "elu", "selu", "relu_", "elu_", "selu_"])
+def test_opcheck(name, dtype, device):
+    """Schema, fake/meta kernels, autograd registration and AOT dispatch, as torch.library.opcheck checks them."""
+    op = getattr(torch.ops.activations, name).default
+    args = (0.5,) if name.startswith("elu") else ()
+    for requires_grad in (False, True):
+        x = torch.randn(5, 7, dtype=dtype, device=device)
+        if name.endswith("_"):
+            x = x.requires_grad_(requires_grad).clone() if requires_grad else x
+        else:
+            x.requires_grad_(requires_grad)
+        torch.library.opcheck(op, (x, *args))
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph_matches_eager(device):
+    torch.manual_seed(fresh_seed())
+    model = torch.nn.Sequential(
+        torch.nn.Linear(16, 32), activations.ReLU(), torch.nn.Linear(32, 32), activations.ELU(0.5),
+        torch.nn.Linear(32, 8), activations.SELU(),
+    ).to(device)
+    x = torch.randn(4, 16, device=device)
+    compiled = torch.compile(model, fullgraph=True)
+    y_eager = model(x)
+    g_eager = torch.autograd.grad(y_eager.square().sum(), list(model.parameters()))
+    torch._dynamo.reset()
+    y = compiled(x)
+    g = torch.autograd.grad(y.square().sum(), list(model.parameters()))
+    torch.testing.assert_close(y, y_eager)
+    for a, b in zip(g, g_eager):
+        torch.testing.assert_close(a, b)

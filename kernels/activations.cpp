@@ -16,6 +16,7 @@
 #include <torch/library.h>
 
 #include <cmath>
+#include <string>
 #include <tuple>
 #include <type_traits>
 
@@ -188,12 +189,16 @@ void elu_into(const Tensor& x, const Tensor& out, double alpha, double scale, co
   });
 }
 
+// The backward's bits, 8 to a byte (sizes may be symbolic under torch.compile).
 Tensor new_mask(const Tensor& x, bool with_mask) {
-  return at::empty({with_mask ? mask_bytes(x.numel()) : 0}, x.options().dtype(at::kByte));
+  const c10::SymInt bytes = with_mask ? (x.sym_numel() + 7) / 8 : c10::SymInt(0);
+  return at::empty_symint({bytes}, x.options().dtype(at::kByte));
 }
 
 void check_alpha(double alpha, const char* op) {
-  TORCH_CHECK(std::isfinite(alpha), "activations.", op, ": alpha must be a finite number, got ", alpha);
+  // The number is formatted by std::to_string: streaming a double into the message crashed with torch 2.11.
+  TORCH_CHECK(std::isfinite(alpha), "activations.", op, ": alpha must be a finite number, got ",
+              std::to_string(alpha));
 }
 
 // Out of place: the output has the input's strides when the input is dense (see dense()).
@@ -250,24 +255,20 @@ Tensor relu_with_mask_inplace(const Tensor& x, bool with_mask) {
   return mask;
 }
 
-Tensor& relu_(Tensor& x) {
-  relu_with_mask_inplace(x, false);
-  return x;
-}
+void relu_(Tensor& x) { relu_with_mask_inplace(x, false); }
 
 Tensor relu_with_mask_(Tensor& x) { return relu_with_mask_inplace(x, true); }
 
-Tensor& elu_inplace(Tensor& x, double alpha, double scale, const char* op) {
+void elu_inplace(Tensor& x, double alpha, double scale, const char* op) {
   check_input(x, op, "input");
   check_alpha(alpha, op);
   check_writable(x, op);
   in_place(x, [&](const Tensor& in, const Tensor& out) { elu_into(in, out, alpha, scale, op); });
-  return x;
 }
 
-Tensor& elu_(Tensor& x, double alpha) { return elu_inplace(x, alpha, 1.0, "elu_"); }
+void elu_(Tensor& x, double alpha) { elu_inplace(x, alpha, 1.0, "elu_"); }
 
-Tensor& selu_(Tensor& x) { return elu_inplace(x, kSeluAlpha, kSeluScale, "selu_"); }
+void selu_(Tensor& x) { elu_inplace(x, kSeluAlpha, kSeluScale, "selu_"); }
 
 // Backward
 
@@ -302,8 +303,9 @@ Tensor relu_backward(const Tensor& grad_output, const Tensor& mask) {
 Tensor elu_backward(const Tensor& grad_output, const Tensor& saved, double alpha, double scale, bool saved_is_output) {
   check_input(grad_output, "elu_backward", "grad_output");
   check_same(grad_output, saved, "elu_backward", "grad_output", "the saved tensor");
-  TORCH_CHECK(!(saved_is_output && alpha < 0), "activations.elu_backward: the gradient cannot be computed from the",
-              " output when alpha < 0 (", alpha, "); save the input instead");
+  TORCH_CHECK(!(saved_is_output && alpha < 0), "activations.elu_backward: the in-place elu_ cannot be",
+              " differentiated when alpha < 0 (alpha = ", std::to_string(alpha), "): its output does not tell the",
+              " sign of its input. Use the out-of-place elu instead.");
   const Tensor s = dense(saved);
   const Tensor g = with_layout_of(grad_output, s);
   Tensor grad_input = at::empty_like(s);
@@ -352,17 +354,17 @@ Tensor elu_meta(const Tensor& input, double alpha) {
 
 Tensor selu_meta(const Tensor& input) { return elu_meta(input, kSeluAlpha); }
 
-Tensor& inplace_meta(Tensor& x) {
-  check_input(x, "in-place activation", "input");
-  return x;
-}
+void inplace_meta(Tensor& x) { check_input(x, "in-place activation", "input"); }
 
-Tensor& elu_inplace_meta(Tensor& x, double alpha) {
+void elu_inplace_meta(Tensor& x, double alpha) {
   check_alpha(alpha, "elu_");
-  return inplace_meta(x);
+  inplace_meta(x);
 }
 
-Tensor relu_with_mask_inplace_meta(Tensor& x) { return new_mask(inplace_meta(x), true); }
+Tensor relu_with_mask_inplace_meta(Tensor& x) {
+  inplace_meta(x);
+  return new_mask(x, true);
+}
 
 Tensor relu_backward_meta(const Tensor& grad_output, const Tensor& mask) {
   check_input(grad_output, "relu_backward", "grad_output");
@@ -448,8 +450,8 @@ class EluFunction : public torch::autograd::Function<EluFunction<kInPlace>> {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
     Tensor y;
     if constexpr (kInPlace) {
-      static const auto elu_op = op_handle<Tensor&(Tensor&, double)>("activations::elu_");
-      static const auto selu_op = op_handle<Tensor&(Tensor&)>("activations::selu_");
+      static const auto elu_op = op_handle<void(Tensor&, double)>("activations::elu_");
+      static const auto selu_op = op_handle<void(Tensor&)>("activations::selu_");
       Tensor target = x;
       is_selu ? selu_op.call(target) : elu_op.call(target, alpha);
       mark_written(x);
@@ -497,46 +499,30 @@ Tensor selu_autograd(const Tensor& x) {
   return op.call(x);
 }
 
-Tensor& relu_inplace_autograd(Tensor& x) {
-  if (needs_grad(x)) {
-    ReluFunction<true>::apply(x);
-    return x;
-  }
-  static const auto op = op_handle<Tensor&(Tensor&)>("activations::relu_");
+// In place without grad: the plain in-place operator below autograd, then the version bump (with grad, the
+// autograd function does both).
+template <class Signature, class... Args>
+void inplace_without_grad(const c10::TypedOperatorHandle<Signature>& op, Tensor& x, Args... args) {
   {
     const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    op.call(x);
+    op.call(x, args...);
   }
   mark_written(x);
-  return x;
 }
 
-Tensor& elu_inplace_autograd(Tensor& x, double alpha) {
-  if (needs_grad(x)) {
-    EluFunction<true>::apply(x, alpha, 1.0, false);
-    return x;
-  }
-  static const auto op = op_handle<Tensor&(Tensor&, double)>("activations::elu_");
-  {
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    op.call(x, alpha);
-  }
-  mark_written(x);
-  return x;
+void relu_inplace_autograd(Tensor& x) {
+  static const auto op = op_handle<void(Tensor&)>("activations::relu_");
+  needs_grad(x) ? void(ReluFunction<true>::apply(x)) : inplace_without_grad(op, x);
 }
 
-Tensor& selu_inplace_autograd(Tensor& x) {
-  if (needs_grad(x)) {
-    EluFunction<true>::apply(x, kSeluAlpha, kSeluScale, true);
-    return x;
-  }
-  static const auto op = op_handle<Tensor&(Tensor&)>("activations::selu_");
-  {
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    op.call(x);
-  }
-  mark_written(x);
-  return x;
+void elu_inplace_autograd(Tensor& x, double alpha) {
+  static const auto op = op_handle<void(Tensor&, double)>("activations::elu_");
+  needs_grad(x) ? void(EluFunction<true>::apply(x, alpha, 1.0, false)) : inplace_without_grad(op, x, alpha);
+}
+
+void selu_inplace_autograd(Tensor& x) {
+  static const auto op = op_handle<void(Tensor&)>("activations::selu_");
+  needs_grad(x) ? void(EluFunction<true>::apply(x, kSeluAlpha, kSeluScale, true)) : inplace_without_grad(op, x);
 }
 
 }  // namespace
@@ -551,9 +537,9 @@ TORCH_LIBRARY(activations, m) {
   m.def("relu(Tensor x) -> Tensor");
   m.def("elu(Tensor x, float alpha=1.0) -> Tensor");
   m.def("selu(Tensor x) -> Tensor");
-  m.def("relu_(Tensor(a!) x) -> Tensor(a!)");
-  m.def("elu_(Tensor(a!) x, float alpha=1.0) -> Tensor(a!)");
-  m.def("selu_(Tensor(a!) x) -> Tensor(a!)");
+  m.def("relu_(Tensor(a!) x) -> ()");
+  m.def("elu_(Tensor(a!) x, float alpha=1.0) -> ()");
+  m.def("selu_(Tensor(a!) x) -> ()");
   // Internal: the forwards that also return the backward's 1-bit mask, and the backward kernels.
   m.def("relu_with_mask(Tensor x) -> (Tensor, Tensor)");
   m.def("relu_with_mask_(Tensor(a!) x) -> Tensor");

@@ -18,6 +18,8 @@ ACTIVATION_FN float expm1_of(float x) { return expm1f(x); }
 ACTIVATION_FN double expm1_of(double x) { return expm1(x); }
 ACTIVATION_FN float exp_of(float x) { return expf(x); }
 ACTIVATION_FN double exp_of(double x) { return exp(x); }
+ACTIVATION_FN float fma_of(float a, float b, float c) { return fmaf(a, b, c); }
+ACTIVATION_FN double fma_of(double a, double b, double c) { return fma(a, b, c); }
 
 // torch.selu's constants (aten/src/ATen/native/Activation.cpp).
 constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
@@ -34,27 +36,40 @@ struct Relu {
   ACTIVATION_FN T backward(T grad, bool passes) const { return passes ? grad : T(0); }
 };
 
+// A real coefficient c (alpha * scale, or scale) held as hi + lo in T, so that c * v is rounded once, as if c
+// were exact: rounding alpha = 0.3 to float alone costs up to half an ulp in every result.
+template <class T>
+struct Coefficient {
+  T hi, lo;
+  ACTIVATION_FN explicit Coefficient(double c) : hi(T(c)), lo(T(c - double(T(c)))) {}
+  ACTIVATION_FN T times(T v) const {
+    const T product = fma_of(v, hi, v * lo);
+    // For v = +-0 (the sum loses zero's sign) and v = +-inf (inf * lo can be NaN): the plain product.
+    return (v != T(0) && product == product) ? product : v * hi;
+  }
+};
+
 // elu(x) = scale * x for x > 0, scale * alpha * expm1(x) for x <= 0 (expm1 keeps accuracy near zero).
-// SELU is ELU with torch's fixed alpha and scale. The coefficients are formed in T as torch forms them, so
-// results match torch's kernels bit for bit wherever the libm functions agree.
+// SELU is ELU with torch's fixed alpha and scale. NaN takes the x > 0 branch, as in torch's kernels.
 template <class T>
 struct Elu {
-  T negative_coef;  // alpha * scale
-  T positive_coef;  // scale
+  Coefficient<T> negative;  // alpha * scale
+  Coefficient<T> positive;  // scale
 
-  ACTIVATION_FN Elu(double alpha, double scale) : negative_coef(T(alpha) * T(scale)), positive_coef(T(scale)) {}
+  ACTIVATION_FN Elu(double alpha, double scale) : negative(alpha * scale), positive(scale) {}
 
-  ACTIVATION_FN T forward(T x) const { return x <= T(0) ? expm1_of(x) * negative_coef : x * positive_coef; }
+  ACTIVATION_FN T forward(T x) const { return x <= T(0) ? negative.times(expm1_of(x)) : positive.times(x); }
 
   // d elu / dx from the input: scale * alpha * exp(x) for x <= 0, scale otherwise.
   ACTIVATION_FN T backward_from_input(T grad, T x) const {
-    return x <= T(0) ? grad * negative_coef * exp_of(x) : grad * positive_coef;
+    return x <= T(0) ? negative.times(grad * exp_of(x)) : positive.times(grad);
   }
 
-  // The same derivative from the output y: for x <= 0, scale * alpha * exp(x) = y + scale * alpha. Valid for
-  // alpha >= 0, where y <= 0 exactly when x <= 0; the autograd layer saves the input instead when alpha < 0.
+  // The same derivative from the output y, for the in-place variants whose input is gone: for x <= 0,
+  // scale * alpha * exp(x) = y + scale * alpha. Valid for alpha >= 0, where y <= 0 exactly when x <= 0 (the
+  // operator refuses alpha < 0). It cancels where elu flattens out, as torch's elu_ backward does.
   ACTIVATION_FN T backward_from_output(T grad, T y) const {
-    return y <= T(0) ? grad * (y + negative_coef) : grad * positive_coef;
+    return y <= T(0) ? grad * ((y + negative.hi) + negative.lo) : positive.times(grad);
   }
 };
 
