@@ -514,6 +514,29 @@ class SELU(torch.nn.SELU):
         return selu(x, self.inplace)
 
 
+# torch's module class -> a function that makes ours from it (same alpha, same inplace)
+_SWAPS = {
+    torch.nn.ReLU: lambda m: ReLU(inplace=m.inplace),
+    torch.nn.ELU: lambda m: ELU(alpha=m.alpha, inplace=m.inplace),
+    torch.nn.SELU: lambda m: SELU(inplace=m.inplace),
+}
+
+
+def swap_activations(model):
+    """Replace every torch.nn.ReLU, ELU and SELU inside `model` (in place) with ours, keeping alpha, inplace and
+    the training flag. Returns [(qualified name, the module it replaced)]. Subclasses of torch's modules (ours
+    included) are left alone, and so is `model` itself when it is one of them (there is no parent to put ours in);
+    hooks registered on a replaced module do not carry over."""
+    replaced = []
+    for parent_name, parent in list(model.named_modules()):
+        for child_name, child in list(parent.named_children()):
+            make = _SWAPS.get(type(child))
+            if make is not None:
+                setattr(parent, child_name, make(child).train(child.training))
+                replaced.append((f"{parent_name}.{child_name}" if parent_name else child_name, child))
+    return replaced
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # KernelBench harness: for each problem the reference Model, our ModelNew, get_inputs and get_init_inputs.
 

@@ -183,7 +183,7 @@ void elu_into(const Tensor& x, const Tensor& out, double alpha, double scale, co
   }
   with_scalar_type(x, [&](auto tag) {
     using scalar_t = decltype(tag);
-    const Elu<compute_t<scalar_t>> elu(alpha, scale);
+    const Elu<compute_t<scalar_t>, sizeof(scalar_t) == 2> elu(alpha, scale);
     cpu_elementwise(n, [&](auto v) { return elu.forward(v); }, out.mutable_data_ptr<scalar_t>(),
                     x.const_data_ptr<scalar_t>());
   });

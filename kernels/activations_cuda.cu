@@ -20,30 +20,35 @@ namespace {
 constexpr int kThreadsPerBlock = 256;
 constexpr int kWarpSize = 32;
 
-// Storage type S -> compute type, with the widening load and the rounding store.
+// Storage type S -> compute type, with the widening load and the rounding store; k16Bit: results are rounded
+// to a 16-bit type.
 template <class S>
 struct Storage;
 template <>
 struct Storage<float> {
   using compute = float;
+  static constexpr bool k16Bit = false;
   static __device__ __forceinline__ float load(float v) { return v; }
   static __device__ __forceinline__ float store(float v) { return v; }
 };
 template <>
 struct Storage<double> {
   using compute = double;
+  static constexpr bool k16Bit = false;
   static __device__ __forceinline__ double load(double v) { return v; }
   static __device__ __forceinline__ double store(double v) { return v; }
 };
 template <>
 struct Storage<__half> {
   using compute = float;
+  static constexpr bool k16Bit = true;
   static __device__ __forceinline__ float load(__half v) { return __half2float(v); }
   static __device__ __forceinline__ __half store(float v) { return __float2half_rn(v); }
 };
 template <>
 struct Storage<__nv_bfloat16> {
   using compute = float;
+  static constexpr bool k16Bit = true;
   static __device__ __forceinline__ float load(__nv_bfloat16 v) { return __bfloat162float(v); }
   static __device__ __forceinline__ __nv_bfloat16 store(float v) { return __float2bfloat16_rn(v); }
 };
@@ -242,7 +247,7 @@ const char* cuda_elu_forward(DType dtype, const void* x, void* y, int64_t n, dou
                              void* stream) {
   return with_storage_type(dtype, [&](auto tag) {
     using S = decltype(tag);
-    const Elu<typename Storage<S>::compute> elu(alpha, scale);
+    const Elu<typename Storage<S>::compute, Storage<S>::k16Bit> elu(alpha, scale);
     return launch_elementwise<false, S>(n, Forward<decltype(elu)>{elu}, y, x, nullptr, stream);
   });
 }
