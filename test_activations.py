@@ -605,7 +605,7 @@ def test_torch_compile_fullgraph_matches_eager(device):
     torch.manual_seed(fresh_seed())
     model = torch.nn.Sequential(
         torch.nn.Linear(16, 32), activations.ReLU(), torch.nn.Linear(32, 32), activations.ELU(0.5),
-        torch.nn.Linear(32, 8), activations.SELU(),
+        torch.nn.Linear(32, 32), activations.ReLU(inplace=True), torch.nn.Linear(32, 8), activations.SELU(),
     ).to(device)
     x = torch.randn(4, 16, device=device)
     compiled = torch.compile(model, fullgraph=True)

@@ -11,7 +11,9 @@
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/empty_strided.h>
 #include <c10/core/DeviceGuard.h>
-#include <c10/core/impl/VirtualGuardImpl.h>
+#ifdef ACTIVATIONS_WITH_CUDA
+#include <c10/cuda/CUDAStream.h>
+#endif
 #include <torch/csrc/autograd/custom_function.h>
 #include <torch/library.h>
 
@@ -140,9 +142,9 @@ template <class Launch>
 void on_cuda(const Tensor& t, const char* op, Launch&& launch) {
 #ifdef ACTIVATIONS_WITH_CUDA
   const c10::DeviceGuard guard(t.device());
-  // The stream through c10's device-generic interface: no link-time dependency on c10_cuda.
-  const c10::impl::VirtualGuardImpl impl(c10::DeviceType::CUDA);
-  void* stream = impl.getStream(t.device()).native_handle();
+  // c10::Stream::native_handle() gave a stream that broke CUDA graph capture with torch 2.11; this is the
+  // documented way to the current stream.
+  void* stream = c10::cuda::getCurrentCUDAStream(t.device().index()).stream();
   const char* error = launch(stream);
   TORCH_CHECK(error == nullptr, "activations.", op, ": CUDA kernel launch failed: ", error);
 #else
