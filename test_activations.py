@@ -692,12 +692,13 @@ def test_cuda_graph_capture_and_replay_match_eager(name):
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm up on a side stream, as graph capture requires
         for _ in range(2):
-            torch.autograd.grad(ours(x, *args), x, grad)
+            torch.autograd.grad((ours(x, *args) * grad).sum(), x)
     torch.cuda.current_stream().wait_stream(stream)
     graph = torch.cuda.CUDAGraph()
     with torch.cuda.graph(graph):
         y = ours(x, *args)
-        (g,) = torch.autograd.grad(y, x, grad)
+        # The backward's seed is made inside the capture (an outside one ties the capture to the legacy stream).
+        (g,) = torch.autograd.grad((y * grad).sum(), x)
     with torch.no_grad():
         x.copy_(torch.randn(4099, device="cuda"))
     graph.replay()
