@@ -23,20 +23,11 @@ constexpr int kWarpSize = 32;
 // Storage type S -> compute type, with the widening load and the rounding store; k16Bit: results are rounded
 // to a 16-bit type.
 template <class S>
-struct Storage;
-template <>
-struct Storage<float> {
-  using compute = float;
+struct Storage {  // float and double: computed in their own type
+  using compute = S;
   static constexpr bool k16Bit = false;
-  static __device__ __forceinline__ float load(float v) { return v; }
-  static __device__ __forceinline__ float store(float v) { return v; }
-};
-template <>
-struct Storage<double> {
-  using compute = double;
-  static constexpr bool k16Bit = false;
-  static __device__ __forceinline__ double load(double v) { return v; }
-  static __device__ __forceinline__ double store(double v) { return v; }
+  static __device__ __forceinline__ S load(S v) { return v; }
+  static __device__ __forceinline__ S store(S v) { return v; }
 };
 template <>
 struct Storage<__half> {
