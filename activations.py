@@ -178,7 +178,10 @@ def build_plan(cuda_arch=None, cpu_only=None):
 # ---------------------------------------------------------------------------------------------------------------
 # Build and cache
 
-CXX_FLAGS = ["-O3"]
+# -fopenmp: at::parallel_for runs the CPU kernels on torch's OpenMP threads (torch ships libgomp.so.1 and has
+# loaded it already, so the library links against that same runtime); without it the loops run on one thread.
+CXX_FLAGS = ["-O3", "-fopenmp"]
+LD_FLAGS = ["-fopenmp"]
 CUDA_FLAGS = ["-O3", "-lineinfo"]
 
 
@@ -202,6 +205,7 @@ def build_spec(plan, sources=None):
         "cpp": cpp,
         "cuda": cuda if with_cuda else "",
         "cflags": CXX_FLAGS + (["-DACTIVATIONS_WITH_CUDA"] if with_cuda else []),
+        "ldflags": LD_FLAGS,
         "cuda_flags": CUDA_FLAGS + _cuda_arch_flags(plan["cuda_archs"]) if with_cuda else [],
         "torch": torch.__version__,
         "torch_cuda": torch.version.cuda,
@@ -321,6 +325,7 @@ def _compile(spec, plan, root):
                 cuda_sources=[spec["cuda"]] if spec["cuda"] else None,
                 extra_cflags=spec["cflags"],
                 extra_cuda_cflags=spec["cuda_flags"],
+                extra_ldflags=spec["ldflags"],
                 build_directory=build_dir,
                 with_cuda=bool(spec["cuda"]),
                 is_python_module=False,

@@ -396,6 +396,59 @@ def test_inplace_on_non_dense_view(name, device):
     torch.testing.assert_close(base, expected)
 
 
+TORCH_INPLACE = {"relu": torch.relu_, "elu": F.elu_, "selu": torch.selu_}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["relu", "elu", "selu"])
+def test_inplace_on_a_view_of_a_tensor_that_needs_grad(name, device):
+    """Writing into a view rebases the base's history: the gradient reaches the leaf through the view, as with
+    torch's in-place ops (values in float64, so both agree to rounding)."""
+    x = torch.randn(6, 8, dtype=torch.float64, device=device)
+    grads = {}
+    for label, inplace in (("ours", INPLACE[name]), ("torch", TORCH_INPLACE[name])):
+        leaf = x.clone().requires_grad_()
+        base = leaf * 2.0
+        inplace(base[:, 1::2])
+        (base * torch.arange(48.0, dtype=torch.float64, device=device).view(6, 8)).sum().backward()
+        grads[label] = leaf.grad
+    torch.testing.assert_close(grads["ours"], grads["torch"])
+
+
+@pytest.mark.parametrize("name", ["relu", "elu", "selu"])
+def test_autograd_graph_rules(name):
+    op = OPS[name][0]
+    x = torch.randn(20, requires_grad=True)
+    y = op(x)
+    assert "activations" in y.grad_fn.name()
+    # The saved tensors are freed after a backward, as torch's are.
+    y.sum().backward()
+    with pytest.raises(RuntimeError, match="backward through the graph a second time"):
+        y.sum().backward()
+    # retain_graph keeps them: a second backward accumulates the same gradient again.
+    x.grad = None
+    y = op(x)
+    y.sum().backward(retain_graph=True)
+    first = x.grad.clone()
+    y.sum().backward()
+    torch.testing.assert_close(x.grad, 2 * first)
+    # An undefined incoming gradient (an unused output) is an undefined gradient, not an error.
+    (g,) = torch.autograd.grad(op(x).sum() * 0 + x.sum(), x)
+    torch.testing.assert_close(g, torch.ones_like(x))
+
+
+@pytest.mark.parametrize("name", ["relu", "elu", "selu"])
+def test_forward_mode_ad_is_refused_not_ignored(name):
+    import torch.autograd.forward_ad as fwAD
+
+    with fwAD.dual_level():
+        dual = fwAD.make_dual(torch.randn(5), torch.randn(5))
+        with pytest.raises(NotImplementedError, match="forward-mode AD"):
+            OPS[name][0](dual)
+        with pytest.raises(NotImplementedError, match="forward-mode AD"):
+            INPLACE[name](dual.clone())
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Modules
 

@@ -14,9 +14,10 @@
 #ifdef ACTIVATIONS_WITH_CUDA
 #include <c10/cuda/CUDAStream.h>
 #endif
-#include <torch/csrc/autograd/custom_function.h>
+#include <torch/csrc/autograd/VariableTypeUtils.h>
 #include <torch/library.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <tuple>
@@ -29,8 +30,6 @@ namespace activations {
 namespace {
 
 using at::Tensor;
-using torch::autograd::AutogradContext;
-using torch::autograd::variable_list;
 
 // ---------------------------------------------------------------------------------------------------------------
 // Checks and layout
@@ -58,10 +57,10 @@ void check_same(const Tensor& a, const Tensor& b, const char* op, const char* a_
 // (step slices, expanded dimensions) is copied to a contiguous tensor first.
 Tensor dense(const Tensor& t) { return t.is_non_overlapping_and_dense() ? t : t.contiguous(); }
 
-// `t` with exactly the strides of `layout` (a dense tensor), copying only if they differ.
-Tensor with_layout_of(const Tensor& t, const Tensor& layout) {
-  if (t.sym_strides() == layout.sym_strides() && t.is_non_overlapping_and_dense()) return t;
-  return at::empty_like(layout, t.options()).copy_(t);
+// `t` laid out densely with exactly these strides, copying only if it is not already.
+Tensor with_strides(const Tensor& t, c10::SymIntArrayRef strides) {
+  if (t.sym_strides() == strides && t.is_non_overlapping_and_dense()) return t;
+  return at::empty_strided_symint(t.sym_sizes(), strides, t.options()).copy_(t);
 }
 
 int64_t mask_bytes(int64_t numel) { return (numel + 7) / 8; }
@@ -86,39 +85,52 @@ void with_scalar_type(const Tensor& t, Fn&& fn) {
   }
 }
 
-// out[i] = op(in[i]...) in compute precision, rounded once on store.
+// out[i] = op(in[i]...) in compute precision, rounded once on store. The lambdas capture by value: captured
+// references would have to be reloaded after every store through a byte pointer (it may alias anything).
 template <class scalar_t, class Op, class... In>
 void cpu_elementwise(int64_t n, Op op, scalar_t* out, const In*... in) {
   using C = compute_t<scalar_t>;
-  at::parallel_for(0, n, kCpuGrain, [&](int64_t begin, int64_t end) {
+  at::parallel_for(0, n, kCpuGrain, [=](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) out[i] = static_cast<scalar_t>(op(static_cast<C>(in[i])...));
   });
 }
 
-template <class scalar_t>
-void cpu_relu_forward_mask(int64_t n, const scalar_t* x, scalar_t* y, uint8_t* mask) {
-  const Relu<compute_t<scalar_t>> relu{};
-  // Parallel over mask bytes, so no two threads write one byte.
-  at::parallel_for(0, mask_bytes(n), kCpuGrain / 8, [&](int64_t begin, int64_t end) {
+// Calls body(byte, first, count) for each mask byte: it covers elements first .. first + count - 1 (count is 8
+// but in the last byte). Parallel over bytes, so no two threads write one byte.
+template <class Body>
+void for_each_mask_byte(int64_t n, Body body) {
+  at::parallel_for(0, mask_bytes(n), kCpuGrain / 8, [=](int64_t begin, int64_t end) {
     for (int64_t byte = begin; byte < end; ++byte) {
-      uint32_t bits = 0;
-      for (int64_t k = 0, i = byte * 8; k < 8 && i < n; ++k, ++i) {
-        const auto v = static_cast<compute_t<scalar_t>>(x[i]);
-        y[i] = static_cast<scalar_t>(relu.forward(v));
-        bits |= uint32_t(relu.passes_gradient(v)) << k;
-      }
-      mask[byte] = static_cast<uint8_t>(bits);
+      const int64_t first = byte * 8;
+      const int count = static_cast<int>(std::min<int64_t>(8, n - first));
+      body(byte, first, count);
     }
   });
 }
 
 template <class scalar_t>
+void cpu_relu_forward_mask(int64_t n, const scalar_t* x, scalar_t* y, uint8_t* mask) {
+  using C = compute_t<scalar_t>;
+  for_each_mask_byte(n, [=](int64_t byte, int64_t first, int count) {
+    const Relu<C> relu{};
+    uint32_t bits = 0;
+    for (int k = 0; k < count; ++k) {
+      const C v = static_cast<C>(x[first + k]);
+      y[first + k] = static_cast<scalar_t>(relu.forward(v));
+      bits |= uint32_t(relu.passes_gradient(v)) << k;
+    }
+    mask[byte] = static_cast<uint8_t>(bits);
+  });
+}
+
+template <class scalar_t>
 void cpu_relu_backward_mask(int64_t n, const scalar_t* grad_out, const uint8_t* mask, scalar_t* grad_in) {
-  const Relu<compute_t<scalar_t>> relu{};
-  at::parallel_for(0, n, kCpuGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) {
-      const bool passes = (mask[i / 8] >> (i % 8)) & 1u;
-      grad_in[i] = static_cast<scalar_t>(relu.backward(static_cast<compute_t<scalar_t>>(grad_out[i]), passes));
+  using C = compute_t<scalar_t>;
+  for_each_mask_byte(n, [=](int64_t byte, int64_t first, int count) {
+    const Relu<C> relu{};
+    const uint32_t bits = mask[byte];
+    for (int k = 0; k < count; ++k) {
+      grad_in[first + k] = static_cast<scalar_t>(relu.backward(static_cast<C>(grad_out[first + k]), (bits >> k) & 1u));
     }
   });
 }
@@ -171,7 +183,7 @@ void relu_into(const Tensor& x, const Tensor& out, const Tensor& mask) {
     auto* y = out.mutable_data_ptr<scalar_t>();
     if (mask_ptr != nullptr) return cpu_relu_forward_mask(n, in, y, mask_ptr);
     const Relu<compute_t<scalar_t>> relu{};
-    cpu_elementwise(n, [&](auto v) { return relu.forward(v); }, y, in);
+    cpu_elementwise(n, [=](auto v) { return relu.forward(v); }, y, in);
   });
 }
 
@@ -186,7 +198,7 @@ void elu_into(const Tensor& x, const Tensor& out, double alpha, double scale, co
   with_scalar_type(x, [&](auto tag) {
     using scalar_t = decltype(tag);
     const Elu<compute_t<scalar_t>, sizeof(scalar_t) == 2> elu(alpha, scale);
-    cpu_elementwise(n, [&](auto v) { return elu.forward(v); }, out.mutable_data_ptr<scalar_t>(),
+    cpu_elementwise(n, [=](auto v) { return elu.forward(v); }, out.mutable_data_ptr<scalar_t>(),
                     x.const_data_ptr<scalar_t>());
   });
 }
@@ -309,7 +321,7 @@ Tensor elu_backward(const Tensor& grad_output, const Tensor& saved, double alpha
               " differentiated when alpha < 0 (alpha = ", std::to_string(alpha), "): its output does not tell the",
               " sign of its input. Use the out-of-place elu instead.");
   const Tensor s = dense(saved);
-  const Tensor g = with_layout_of(grad_output, s);
+  const Tensor g = with_strides(grad_output, s.sym_strides());
   Tensor grad_input = at::empty_like(s);
   const int64_t n = s.numel();
   if (n == 0) return grad_input;
@@ -326,9 +338,9 @@ Tensor elu_backward(const Tensor& grad_output, const Tensor& saved, double alpha
       const auto* grad = g.const_data_ptr<scalar_t>();
       const auto* from = s.const_data_ptr<scalar_t>();
       if (saved_is_output) {
-        cpu_elementwise(n, [&](auto gv, auto yv) { return elu.backward_from_output(gv, yv); }, out, grad, from);
+        cpu_elementwise(n, [=](auto gv, auto yv) { return elu.backward_from_output(gv, yv); }, out, grad, from);
       } else {
-        cpu_elementwise(n, [&](auto gv, auto xv) { return elu.backward_from_input(gv, xv); }, out, grad, from);
+        cpu_elementwise(n, [=](auto gv, auto xv) { return elu.backward_from_input(gv, xv); }, out, grad, from);
       }
     });
   }
@@ -380,19 +392,39 @@ Tensor elu_backward_meta(const Tensor& grad_output, const Tensor& saved, double,
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Autograd. The functions call the operators below the autograd layer through the dispatcher, so the same code
-// runs on real, fake and meta tensors. Without grad, the autograd kernels go straight to the plain operators.
+// Autograd, wired by hand the way torch's generated VariableType kernels are: one Node per backward, fed the
+// tensors it needs. (torch::autograd::Function<T> does this wiring generically, but instantiating it costs about
+// 6 s of compile time, a third of a cold build, and more per call.) The nodes call the operators below the
+// autograd layer through the dispatcher, so the same code runs on real, fake and meta tensors.
+
+namespace autograd = torch::autograd;
 
 template <class Signature>
 c10::TypedOperatorHandle<Signature> op_handle(const char* name) {
   return c10::Dispatcher::singleton().findSchemaOrThrow(name, "").template typed<Signature>();
 }
 
-bool needs_grad(const Tensor& x) { return at::GradMode::is_enabled() && x.requires_grad(); }
+// A node holding `input`'s gradient edge. Nodes are held by std::shared_ptr up to torch 2.1x and by
+// c10::intrusive_ptr later; getptr() says which.
+template <class NodeType>
+auto new_node(const Tensor& input) {
+  using NodePtr = decltype(std::declval<autograd::Node&>().getptr());
+  auto node = [] {
+    if constexpr (std::is_same_v<NodePtr, std::shared_ptr<autograd::Node>>) {
+      return std::make_shared<NodeType>();
+    } else {
+      return c10::make_intrusive<NodeType>();
+    }
+  }();
+  node->set_next_edges(autograd::collect_next_edges(input));
+  return node;
+}
 
-// In-place operators write memory behind autograd's back: bump the version counter, so autograd notices when a
-// tensor saved by an earlier operation was overwritten, as torch's in-place operators do.
-void mark_written(const Tensor& x) { x.unsafeGetTensorImpl()->bump_version(); }
+// Forward-mode AD (dual tensors) has no formula here: refuse it rather than drop the tangent.
+void reject_forward_grad(const Tensor& x, const char* op) {
+  TORCH_CHECK_NOT_IMPLEMENTED(!autograd::isFwGradDefined(x), "activations.", op,
+                              ": forward-mode AD (a dual tensor input) is not supported");
+}
 
 // The strides of the memory order the kernels walk for x (see dense()).
 std::vector<c10::SymInt> walked_strides(const Tensor& x) {
@@ -403,39 +435,16 @@ std::vector<c10::SymInt> walked_strides(const Tensor& x) {
 }
 
 // ReLU saves 1 bit per element (the mask, in the memory order the forward walked) instead of a full tensor.
-template <bool kInPlace>
-class ReluFunction : public torch::autograd::Function<ReluFunction<kInPlace>> {
- public:
-  static Tensor forward(AutogradContext* ctx, const Tensor& x) {
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    Tensor y, mask;
-    if constexpr (kInPlace) {
-      static const auto op = op_handle<Tensor(Tensor&)>("activations::relu_with_mask_");
-      ctx->saved_data["strides"] = walked_strides(x);
-      Tensor target = x;
-      mask = op.call(target);
-      mark_written(x);
-      ctx->mark_dirty({x});
-      y = x;
-    } else {
-      static const auto op = op_handle<std::tuple<Tensor, Tensor>(const Tensor&)>("activations::relu_with_mask");
-      std::tie(y, mask) = op.call(x);
-      ctx->saved_data["strides"] = y.sym_strides().vec();
-    }
-    ctx->save_for_backward({mask});
-    return y;
-  }
+struct ReluBackward : autograd::Node {
+  autograd::SavedVariable mask;
+  std::vector<c10::SymInt> walked;  // the strides of that memory order
 
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  std::string name() const override { return "activations::ReluBackward"; }
+  void release_variables() override { mask.reset_data(); }
+  autograd::variable_list apply(autograd::variable_list&& grads) override {
     static const auto op = op_handle<Tensor(const Tensor&, const Tensor&)>("activations::relu_backward");
-    const Tensor mask = ctx->get_saved_variables()[0];
-    const Tensor& grad = grads[0];
-    const auto strides = ctx->saved_data["strides"].toSymIntVector();
-    Tensor grad_walked = grad;
-    if (!(grad.sym_strides() == c10::SymIntArrayRef(strides) && grad.is_non_overlapping_and_dense())) {
-      grad_walked = at::empty_strided_symint(grad.sym_sizes(), strides, grad.options()).copy_(grad);
-    }
-    return {op.call(grad_walked, mask)};
+    if (!grads[0].defined()) return {Tensor()};
+    return {op.call(with_strides(grads[0], walked), mask.unpack())};
   }
 };
 
@@ -445,86 +454,117 @@ class ReluFunction : public torch::autograd::Function<ReluFunction<kInPlace>> {
 // gradient is 4 % off, in float32 at x = -10 0.1 % off, where the input gives it to the output's precision.
 // In place, the input is gone: the output is saved, as torch's elu_ does (and alpha < 0 cannot be
 // differentiated: elu_backward says so).
-template <bool kInPlace>
-class EluFunction : public torch::autograd::Function<EluFunction<kInPlace>> {
- public:
-  static Tensor forward(AutogradContext* ctx, const Tensor& x, double alpha, double scale, bool is_selu) {
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    Tensor y;
-    if constexpr (kInPlace) {
-      static const auto elu_op = op_handle<void(Tensor&, double)>("activations::elu_");
-      static const auto selu_op = op_handle<void(Tensor&)>("activations::selu_");
-      Tensor target = x;
-      is_selu ? selu_op.call(target) : elu_op.call(target, alpha);
-      mark_written(x);
-      ctx->mark_dirty({x});
-      y = x;
-    } else {
-      static const auto elu_op = op_handle<Tensor(const Tensor&, double)>("activations::elu");
-      static const auto selu_op = op_handle<Tensor(const Tensor&)>("activations::selu");
-      y = is_selu ? selu_op.call(x) : elu_op.call(x, alpha);
-    }
-    ctx->save_for_backward({kInPlace ? y : x});
-    ctx->saved_data["alpha"] = alpha;
-    ctx->saved_data["scale"] = scale;
-    return y;
-  }
+struct EluBackward : autograd::Node {
+  autograd::SavedVariable saved;
+  double alpha = 1.0;
+  double scale = 1.0;
+  bool saved_is_output = false;
 
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+  std::string name() const override { return "activations::EluBackward"; }
+  void release_variables() override { saved.reset_data(); }
+  autograd::variable_list apply(autograd::variable_list&& grads) override {
     static const auto op =
         op_handle<Tensor(const Tensor&, const Tensor&, double, double, bool)>("activations::elu_backward");
-    const Tensor saved = ctx->get_saved_variables()[0];
-    Tensor grad_input = op.call(grads[0], saved, ctx->saved_data["alpha"].toDouble(),
-                                ctx->saved_data["scale"].toDouble(), kInPlace);
-    return {grad_input, Tensor(), Tensor(), Tensor()};
+    if (!grads[0].defined()) return {Tensor()};
+    const Tensor from = saved_is_output ? saved.unpack(getptr()) : saved.unpack();
+    return {op.call(grads[0], from, alpha, scale, saved_is_output)};
   }
 };
 
+bool needs_grad(const Tensor& x) { return autograd::compute_requires_grad(x); }
+
+// Runs `call` (an operator call) below the autograd layer.
+template <class Call>
+auto below_autograd(Call&& call) {
+  const at::AutoDispatchBelowADInplaceOrView below;
+  return call();
+}
+
 Tensor relu_autograd(const Tensor& x) {
-  if (needs_grad(x)) return ReluFunction<false>::apply(x);
-  static const auto op = op_handle<Tensor(const Tensor&)>("activations::relu");  // no mask to write
-  const at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return op.call(x);
+  static const auto relu_op = op_handle<Tensor(const Tensor&)>("activations::relu");
+  static const auto with_mask_op = op_handle<std::tuple<Tensor, Tensor>(const Tensor&)>("activations::relu_with_mask");
+  reject_forward_grad(x, "relu");
+  if (!needs_grad(x)) return below_autograd([&] { return relu_op.call(x); });  // no mask to write
+  auto node = new_node<ReluBackward>(x);
+  auto [y, mask] = below_autograd([&] { return with_mask_op.call(x); });
+  autograd::set_history(y, node);
+  node->mask = autograd::SavedVariable(mask, /*is_output=*/false);
+  node->walked = y.sym_strides().vec();
+  return y;
+}
+
+template <class Call>
+Tensor elu_autograd_common(const Tensor& x, double alpha, double scale, const char* op, Call&& call) {
+  reject_forward_grad(x, op);
+  if (!needs_grad(x)) return below_autograd(call);
+  auto node = new_node<EluBackward>(x);
+  Tensor y = below_autograd(call);
+  autograd::set_history(y, node);
+  node->saved = autograd::SavedVariable(x, /*is_output=*/false);
+  node->alpha = alpha;
+  node->scale = scale;
+  return y;
 }
 
 Tensor elu_autograd(const Tensor& x, double alpha) {
-  if (needs_grad(x)) return EluFunction<false>::apply(x, alpha, 1.0, false);
   static const auto op = op_handle<Tensor(const Tensor&, double)>("activations::elu");
-  const at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return op.call(x, alpha);
+  return elu_autograd_common(x, alpha, 1.0, "elu", [&] { return op.call(x, alpha); });
 }
 
 Tensor selu_autograd(const Tensor& x) {
-  if (needs_grad(x)) return EluFunction<false>::apply(x, kSeluAlpha, kSeluScale, true);
   static const auto op = op_handle<Tensor(const Tensor&)>("activations::selu");
-  const at::AutoDispatchBelowADInplaceOrView below_autograd;
-  return op.call(x);
+  return elu_autograd_common(x, kSeluAlpha, kSeluScale, "selu", [&] { return op.call(x); });
 }
 
-// In place without grad: the plain in-place operator below autograd, then the version bump (with grad, the
-// autograd function does both).
-template <class Signature, class... Args>
-void inplace_without_grad(const c10::TypedOperatorHandle<Signature>& op, Tensor& x, Args... args) {
-  {
-    const at::AutoDispatchBelowADInplaceOrView below_autograd;
-    op.call(x, args...);
-  }
-  mark_written(x);
+// In place: torch's checks (a leaf or a view of one cannot be overwritten), `call(with_grad)` below autograd,
+// the version bump that lets autograd notice when a tensor saved by an earlier operation was overwritten and,
+// with grad, the new history (for a view, rebase_history routes the gradient through its base). Returns the node
+// for the caller to fill with what the backward needs, or null without grad.
+template <class NodeType, class Call>
+auto inplace_autograd(Tensor& x, const char* op, Call&& call) {
+  reject_forward_grad(x, op);
+  const bool with_grad = needs_grad(x);
+  autograd::check_inplace(x, with_grad);
+  decltype(new_node<NodeType>(x)) node;
+  if (with_grad) node = new_node<NodeType>(x);
+  below_autograd([&] { call(with_grad); });
+  autograd::increment_version(x);
+  if (node) autograd::rebase_history(x, node);
+  return node;
 }
 
 void relu_inplace_autograd(Tensor& x) {
-  static const auto op = op_handle<void(Tensor&)>("activations::relu_");
-  needs_grad(x) ? void(ReluFunction<true>::apply(x)) : inplace_without_grad(op, x);
+  static const auto relu_op = op_handle<void(Tensor&)>("activations::relu_");
+  static const auto with_mask_op = op_handle<Tensor(Tensor&)>("activations::relu_with_mask_");
+  Tensor mask;
+  auto node = inplace_autograd<ReluBackward>(x, "relu_", [&](bool with_grad) {
+    with_grad ? void(mask = with_mask_op.call(x)) : relu_op.call(x);
+  });
+  if (node) {
+    node->mask = autograd::SavedVariable(mask, /*is_output=*/false);
+    node->walked = walked_strides(x);
+  }
+}
+
+template <class Call>
+void elu_inplace_common(Tensor& x, double alpha, double scale, const char* op, Call&& call) {
+  auto node = inplace_autograd<EluBackward>(x, op, [&](bool) { call(); });
+  if (node) {
+    node->saved = autograd::SavedVariable(x, /*is_output=*/true, /*is_inplace_on_view=*/x.is_view());
+    node->alpha = alpha;
+    node->scale = scale;
+    node->saved_is_output = true;
+  }
 }
 
 void elu_inplace_autograd(Tensor& x, double alpha) {
   static const auto op = op_handle<void(Tensor&, double)>("activations::elu_");
-  needs_grad(x) ? void(EluFunction<true>::apply(x, alpha, 1.0, false)) : inplace_without_grad(op, x, alpha);
+  elu_inplace_common(x, alpha, 1.0, "elu_", [&] { op.call(x, alpha); });
 }
 
 void selu_inplace_autograd(Tensor& x) {
   static const auto op = op_handle<void(Tensor&)>("activations::selu_");
-  needs_grad(x) ? void(EluFunction<true>::apply(x, kSeluAlpha, kSeluScale, true)) : inplace_without_grad(op, x);
+  elu_inplace_common(x, kSeluAlpha, kSeluScale, "selu_", [&] { op.call(x); });
 }
 
 }  // namespace
