@@ -323,9 +323,11 @@ def _compile(spec, plan, root):
                 name=name,
                 cpp_sources=[spec["cpp"]],
                 cuda_sources=[spec["cuda"]] if spec["cuda"] else None,
-                extra_cflags=spec["cflags"],
-                extra_cuda_cflags=spec["cuda_flags"],
-                extra_ldflags=spec["ldflags"],
+                # Copies: load_inline appends to the lists it is given (the CUDA libraries, for one), which would
+                # leak into the next build in this process (the CPU fallback after a failed CUDA build).
+                extra_cflags=list(spec["cflags"]),
+                extra_cuda_cflags=list(spec["cuda_flags"]),
+                extra_ldflags=list(spec["ldflags"]),
                 build_directory=build_dir,
                 with_cuda=bool(spec["cuda"]),
                 is_python_module=False,

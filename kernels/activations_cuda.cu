@@ -59,6 +59,30 @@ __device__ __forceinline__ void store_pack(S* p, const Pack<S, kVec>& pack) {
   *reinterpret_cast<Pack<S, kVec>*>(p) = pack;
 }
 
+// Streaming (evict-first) access for data touched once. On the H100 this took the float32 ReLU backward from 96.8
+// to 98.8 % of the copy rate (tools/relu_backward_variants.cu); the other kernels are at the copy rate without it.
+template <class S, int kVec>
+__device__ __forceinline__ Pack<S, kVec> load_pack_streaming(const S* p) {
+  if constexpr (sizeof(Pack<S, kVec>) == 16) {
+    const int4 raw = __ldcs(reinterpret_cast<const int4*>(p));
+    Pack<S, kVec> pack;
+    memcpy(&pack, &raw, sizeof(raw));
+    return pack;
+  } else {
+    return load_pack<S, kVec>(p);
+  }
+}
+template <class S, int kVec>
+__device__ __forceinline__ void store_pack_streaming(S* p, const Pack<S, kVec>& pack) {
+  if constexpr (sizeof(Pack<S, kVec>) == 16) {
+    int4 raw;
+    memcpy(&raw, &pack, sizeof(raw));
+    __stcs(reinterpret_cast<int4*>(p), raw);
+  } else {
+    store_pack<S, kVec>(p, pack);
+  }
+}
+
 // First element handled by this thread.
 template <int kVec>
 __device__ __forceinline__ int64_t first_element() {
@@ -156,14 +180,20 @@ __global__ void __launch_bounds__(kThreadsPerBlock) relu_backward_mask_kernel(
   const Relu<typename St::compute> relu{};
   const int64_t first = first_element<kVec>();
   if (first >= n) return;
-  const uint32_t bits = mask[first / 8] >> (first % 8);  // kVec divides 8: this thread's bits share one byte
+  // kVec divides 8: this thread's bits share one byte. The byte is read after the gradient in each branch, so
+  // both loads are in flight at once (read before the branch, the gradient load waited for it: 96 % of the
+  // copy rate instead of 99 % for float32).
+  const uint8_t* byte = mask + first / 8;
+  const int shift = first % 8;
   if (first + kVec <= n) {
-    const Pack<S, kVec> g = load_pack<S, kVec>(grad_out + first);
+    const Pack<S, kVec> g = load_pack_streaming<S, kVec>(grad_out + first);
+    const uint32_t bits = uint32_t(*byte) >> shift;
     Pack<S, kVec> out;
 #pragma unroll
     for (int k = 0; k < kVec; ++k) out.v[k] = St::store(relu.backward(St::load(g.v[k]), (bits >> k) & 1u));
-    store_pack<S, kVec>(grad_in + first, out);
+    store_pack_streaming<S, kVec>(grad_in + first, out);
   } else {
+    const uint32_t bits = uint32_t(*byte) >> shift;
     for (int k = 0; first + k < n; ++k)
       grad_in[first + k] = St::store(relu.backward(St::load(grad_out[first + k]), (bits >> k) & 1u));
   }
