@@ -435,8 +435,22 @@ def test_autograd_graph_rules(name):
     first = x.grad.clone()
     y.sum().backward()
     torch.testing.assert_close(x.grad, 2 * first)
-    # An undefined incoming gradient (an unused output) is an undefined gradient, not an error.
-    (g,) = torch.autograd.grad(op(x).sum() * 0 + x.sum(), x)
+    # An undefined incoming gradient (the next node returned None for it) gives an undefined gradient, not an
+    # error. The pre-hook shows that our node was called with it.
+    class DropGradient(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, t):
+            return t.clone()
+
+        @staticmethod
+        def backward(ctx, grad):
+            return None
+
+    y = op(x)
+    incoming = []
+    y.grad_fn.register_prehook(lambda grad_outputs: incoming.append(grad_outputs[0]))
+    (g,) = torch.autograd.grad(DropGradient.apply(y).sum() + x.sum(), x)
+    assert incoming == [None]
     torch.testing.assert_close(g, torch.ones_like(x))
 
 
