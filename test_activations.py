@@ -222,6 +222,25 @@ def test_cuda_matches_torch_bit_for_bit_where_torch_is_exact(name, dtype):
         assert distance <= 2 * MAX_ULP[what][dtype], f"{what}: {distance:.2f} ulp from torch's result"
 
 
+@pytest.mark.parametrize("name", ["elu", "elu_alpha_0.3", "selu"])
+def test_cpu_float32_exponentials_across_the_whole_range(name):
+    """The CPU kernels compute exp and expm1 in float with inline code of their own (activations.cuh, so that
+    the loops vectorize) rather than libm's: check them on a dense, even sweep of float32 itself, every 1024th bit
+    pattern of each sign (about 4 million values, both infinities and the subnormals among them), against
+    float64."""
+    ours, _, args = OPS[name]
+    patterns = torch.arange(0, 2**31, 1024, dtype=torch.int64)
+    magnitudes = patterns.to(torch.int32).view(torch.float32)
+    x = torch.cat([magnitudes, -magnitudes, torch.tensor([float("inf"), float("-inf"), float("nan")])])
+    x_ = x.clone().requires_grad_()
+    y = ours(x_, *args)
+    grad = torch.ones_like(x)
+    exact_y, exact_grad = exact_forward_and_gradient(name, x, grad)
+    assert_matches(y.detach(), exact_y, torch.float32, f"{name} forward float32 cpu sweep", 0)
+    (g,) = torch.autograd.grad(y, x_, grad)
+    assert_matches(g, exact_grad, torch.float32, f"{name} backward float32 cpu sweep", 0)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_relu_mask_bits(dtype, device):
@@ -826,6 +845,21 @@ def test_build_key_changes_with_the_torch_version(monkeypatch):
     name = activations.build_spec(plan)["name"]
     monkeypatch.setattr(torch, "__version__", "0.0.1-other")
     assert activations.build_spec(plan)["name"] != name
+
+
+def test_cpu_instruction_set_flags_follow_torch(monkeypatch):
+    """AVX2 flags only where torch itself runs AVX2 kernels, and they are part of the build key: a machine
+    without AVX2 sharing the cache gets its own build rather than an illegal instruction."""
+    plan = {"cuda_archs": (), "cuda_home": None, "no_cuda_reason": "test"}
+    monkeypatch.setattr(activations.platform, "machine", lambda: "x86_64")
+    keys = {}
+    for capability in ("DEFAULT", "AVX2", "AVX512"):
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+        keys[capability] = activations.build_spec(plan)["name"]
+        assert ("-DACTIVATIONS_CPU_AVX2" in activations.cpu_flags()) == (capability != "DEFAULT")
+    assert keys["DEFAULT"] != keys["AVX2"] == keys["AVX512"]
+    monkeypatch.setattr(activations.platform, "machine", lambda: "aarch64")
+    assert activations.cpu_flags() == []
 
 
 def cold_build_in(tmp_path):

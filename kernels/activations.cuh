@@ -4,6 +4,8 @@
 #pragma once
 
 #include <math.h>
+#include <stdint.h>
+#include <string.h>
 
 #ifdef __CUDACC__
 #define ACTIVATION_FN __host__ __device__ __forceinline__
@@ -13,10 +15,68 @@
 
 namespace activations {
 
-// Overloads that pick the float or double libm function (device code has both as well).
+#ifndef __CUDA_ARCH__
+// exp and expm1 in float for the CPU kernels. libm's expf and expm1f are calls that g++ cannot vectorize, which
+// left the CPU ELU 10x slower than torch's; these are inline and branch-free (selects only), so the loops around
+// them vectorize. Measured against long double over every 97th float: expm1 <= 0.86 ulp for x <= 0 (the side
+// ELU uses; <= 1.5 ulp above), exp <= 0.97 ulp, both with correctly signed zeros, subnormals, +-inf and NaN.
+namespace host_float {
+
+inline float from_bits(uint32_t bits) {
+  float f;
+  memcpy(&f, &bits, sizeof f);
+  return f;
+}
+
+// expm1(r) for x = k ln2 + r, |r| <= ln2 / 2, with 2^k returned as two factors: each is a normal float for every
+// k the clamp allows, and a result in the subnormal range is then rounded once, by the second product.
+inline float reduce(float x, float& two_to_k_a, float& two_to_k_b) {
+  const float clamped = !(x >= -104.0f) ? -104.0f : (x > 89.0f ? 89.0f : x);  // NaN goes to -104: see callers
+  const float rounder = 12582912.0f;                                          // 1.5 * 2^23: adding it rounds
+  const float k = (clamped * 1.44269504088896341f + rounder) - rounder;      // round(x / ln2)
+  // ln2 in two parts (Cody and Waite): k * 0.693359375 is exact, so r keeps its low bits.
+  const float r = (clamped - k * 0.693359375f) + k * 2.12194440e-4f;
+  const int k_int = static_cast<int>(k);
+  two_to_k_a = from_bits(static_cast<uint32_t>((k_int >> 1) + 127) << 23);
+  two_to_k_b = from_bits(static_cast<uint32_t>(k_int - (k_int >> 1) + 127) << 23);
+  // Taylor series to r^8: the first term left out is below 2^-27 of the result.
+  const float tail = 0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720 +
+                                r * (1.0f / 5040 + r * (1.0f / 40320))))));
+  return r + r * (r * tail);
+}
+
+inline float expm1(float x) {
+  float a, b;
+  const float p = reduce(x, a, b);
+  // 2^k (1 + p) - 1. Up to 2^24, 2^k - 1 is exact and the sum 2^k p + (2^k - 1) rounds once; above, the 1 is
+  // below the result's precision (and 2^k alone may overflow).
+  const float moderate = (p * a) * b + (a * b - 1.0f);
+  const float large = ((p + 1.0f) * a) * b - 1.0f;
+  const float result = a * b > 0x1p24f ? large : moderate;
+  // expm1(x) rounds to x itself for |x| < 2^-25: this keeps -0.0 and subnormals exact.
+  return (x != x || fabsf(x) < 0x1p-25f) ? x : result;
+}
+
+inline float exp(float x) {
+  float a, b;
+  const float p = reduce(x, a, b);
+  const float result = ((p + 1.0f) * a) * b;
+  return x != x ? x : result;
+}
+
+}  // namespace host_float
+#endif
+
+// Overloads that pick the float or double function: CUDA's on the GPU; on the CPU the vectorizable float ones
+// above and libm's for double.
+#ifdef __CUDA_ARCH__
 ACTIVATION_FN float expm1_of(float x) { return expm1f(x); }
-ACTIVATION_FN double expm1_of(double x) { return expm1(x); }
 ACTIVATION_FN float exp_of(float x) { return expf(x); }
+#else
+ACTIVATION_FN float expm1_of(float x) { return host_float::expm1(x); }
+ACTIVATION_FN float exp_of(float x) { return host_float::exp(x); }
+#endif
+ACTIVATION_FN double expm1_of(double x) { return expm1(x); }
 ACTIVATION_FN double exp_of(double x) { return exp(x); }
 ACTIVATION_FN float fma_of(float a, float b, float c) { return fmaf(a, b, c); }
 ACTIVATION_FN double fma_of(double a, double b, double c) { return fma(a, b, c); }
@@ -26,17 +86,17 @@ ACTIVATION_FN double fma_of(double a, double b, double c) { return fma(a, b, c);
 // rate). This one's relative error stays below 2^-17, far under half an ulp of float16 (2^-12) or bfloat16
 // (2^-9), so the rounded result is the correctly rounded one or one ulp off.
 ACTIVATION_FN float expm1_for_16bit(float x) {
+#ifdef __CUDA_ARCH__
   // Near zero exp(x) - 1 cancels: the Taylor series to x^3 there (relative error < x^3 / 24 < 2^-19). Both
   // are computed and one is selected: branches cost more than the few instructions each takes.
   const float taylor = x * fmaf(x, fmaf(x, 1.0f / 6.0f, 0.5f), 1.0f);
-#ifdef __CUDA_ARCH__
   // __expf is one ex2.approx: relative error <= (2 + 1.2 |x|) * 2^-24, magnified at most 32x by the
   // subtraction for |x| >= 1/32 (and irrelevant where exp(x) is far below 1).
   const float via_exp = __expf(x) - 1.0f;
-#else
-  const float via_exp = expf(x) - 1.0f;
-#endif
   return fabsf(x) < 0.03125f ? taylor : via_exp;
+#else
+  return host_float::expm1(x);  // the CPU kernels use Elu<float> for 16-bit tensors too; this keeps it defined
+#endif
 }
 
 // torch.selu's constants (aten/src/ATen/native/Activation.cpp).
@@ -99,6 +159,27 @@ struct Elu {
   ACTIVATION_FN T backward_from_output(T grad, T y) const {
     return y <= T(0) ? grad * ((y + negative.hi) + negative.lo) : positive.times(grad);
   }
+};
+
+// The per-element operations the elementwise kernels of both devices map: compute-type values in, compute-type
+// value out. Named types (not lambdas), so that CPU kernels of different storage types share one instantiation.
+template <class F>
+struct Forward {
+  F f;
+  template <class C>
+  ACTIVATION_FN C operator()(C x) const { return f.forward(x); }
+};
+template <class F>
+struct BackwardFromInput {
+  F f;
+  template <class C>
+  ACTIVATION_FN C operator()(C grad, C x) const { return f.backward_from_input(grad, x); }
+};
+template <class F>
+struct BackwardFromOutput {
+  F f;
+  template <class C>
+  ACTIVATION_FN C operator()(C grad, C y) const { return f.backward_from_output(grad, y); }
 };
 
 }  // namespace activations

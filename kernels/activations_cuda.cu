@@ -91,26 +91,6 @@ __device__ __forceinline__ int64_t first_element() {
   return (static_cast<int64_t>(blockIdx.x) * kThreadsPerBlock + threadIdx.x) * kVec;
 }
 
-// The per-element operations the generic kernel maps: compute-type values in, compute-type value out.
-template <class F>
-struct Forward {
-  F f;
-  template <class C>
-  __device__ C operator()(C x) const { return f.forward(x); }
-};
-template <class F>
-struct BackwardFromInput {
-  F f;
-  template <class C>
-  __device__ C operator()(C grad, C x) const { return f.backward_from_input(grad, x); }
-};
-template <class F>
-struct BackwardFromOutput {
-  F f;
-  template <class C>
-  __device__ C operator()(C grad, C y) const { return f.backward_from_output(grad, y); }
-};
-
 template <bool kBinary, class S, class Op>
 __device__ __forceinline__ S apply(const Op& op, S a, S b) {
   using St = Storage<S>;
