@@ -181,9 +181,11 @@ def build_plan(cuda_arch=None, cpu_only=None):
 
 # -fopenmp: at::parallel_for runs the CPU kernels on torch's OpenMP threads (torch ships libgomp.so.1 and has
 # loaded it already, so the library links against that same runtime); without it the loops run on one thread.
+# -O2 with -O3's loop vectorizer: the CPU loops ran as fast as with -O3 and the cold build took 4 s less on the
+# 2-core machine (20.7-21.3 s against 24.6-25.0 s, alternating, same day).
 # -fno-trapping-math: lets g++ evaluate both sides of a select in the CPU loops, which it must to vectorize them
 # (we never read floating-point exception flags; results are unchanged).
-CXX_FLAGS = ["-O3", "-fopenmp", "-fno-trapping-math"]
+CXX_FLAGS = ["-O2", "-ftree-vectorize", "-fvect-cost-model=dynamic", "-fopenmp", "-fno-trapping-math"]
 LD_FLAGS = ["-fopenmp"]
 
 
