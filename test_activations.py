@@ -708,6 +708,21 @@ def test_torch_compile_fullgraph_matches_eager(device):
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
+def test_torch_export_keeps_our_operators(strict, device):
+    """torch.export traces the functions with dynamo (strict) or with the dispatcher alone (non-strict, where
+    the functions take their raw entry point): either way the graph holds our operators and runs like eager."""
+    torch.manual_seed(fresh_seed())
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), activations.ReLU(), activations.ELU(0.5),
+                                activations.SELU()).to(device)
+    x = torch.randn(3, 8, device=device)
+    exported = torch.export.export(model, (x,), strict=strict)
+    targets = {str(node.target) for node in exported.graph.nodes if node.op == "call_function"}
+    assert {"activations.relu.default", "activations.elu.default", "activations.selu.default"} <= targets, targets
+    torch.testing.assert_close(exported.module()(x), model(x))
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Swapping torch's activation modules for ours
 

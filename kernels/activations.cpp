@@ -3,6 +3,12 @@
 // The math lives in activations.cuh; the CUDA kernels in activations_cuda.cu behind cuda_launch.h.
 //
 // Compiled by activations.py with ACTIVATIONS_WITH_CUDA defined when the CUDA part is built.
+
+// torch's headers include ATen/Functions.h (every operator's declaration, about 3 s of a cold build) unless
+// AT_PER_OPERATOR_HEADERS says the per-operator headers in ATen/ops/ are included where they are needed, as we do.
+#ifndef AT_PER_OPERATOR_HEADERS
+#define AT_PER_OPERATOR_HEADERS
+#endif
 #include <ATen/MemoryOverlap.h>
 #include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
@@ -235,10 +241,11 @@ void on_cuda(const Tensor& t, const char* op, Launch&& launch) {
 // Operators. CPU and CUDA share these; each branches to its device's kernels. The *_into functions write into
 // `out`, which may be `x` itself (in-place): every kernel reads element i before it writes element i.
 
+// `mask` is undefined when no backward needs it (no grad): then no mask is written.
 void relu_into(const Tensor& x, const Tensor& out, const Tensor& mask) {
   const int64_t n = x.numel();
   if (n == 0) return;
-  uint8_t* mask_ptr = mask.numel() > 0 ? mask.mutable_data_ptr<uint8_t>() : nullptr;
+  uint8_t* mask_ptr = mask.defined() ? mask.mutable_data_ptr<uint8_t>() : nullptr;
   if (x.is_cuda()) {
     return on_cuda(x, "relu", [&](auto stream) {
       return cuda_relu_forward(cuda_dtype(x), x.const_data_ptr(), out.mutable_data_ptr(), mask_ptr, n, stream);
@@ -268,10 +275,11 @@ void elu_into(const Tensor& x, const Tensor& out, double alpha, double scale, co
   });
 }
 
-// The backward's bits, 8 to a byte (sizes may be symbolic under torch.compile).
+// The backward's bits, 8 to a byte (sizes may be symbolic under torch.compile), or an undefined tensor without
+// grad: allocating even an empty one costs a small call 1 us on the H100 host.
 Tensor new_mask(const Tensor& x, bool with_mask) {
-  const c10::SymInt bytes = with_mask ? (x.sym_numel() + 7) / 8 : c10::SymInt(0);
-  return at::empty_symint({bytes}, x.options().dtype(at::kByte));
+  if (!with_mask) return Tensor();
+  return at::empty_symint({(x.sym_numel() + 7) / 8}, x.options().dtype(at::kByte));
 }
 
 void check_alpha(double alpha, const char* op) {
