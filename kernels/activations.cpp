@@ -276,7 +276,7 @@ void elu_into(const Tensor& x, const Tensor& out, double alpha, double scale, co
 }
 
 // The backward's bits, 8 to a byte (sizes may be symbolic under torch.compile), or an undefined tensor without
-// grad: allocating even an empty one costs a small call 1 us on the H100 host.
+// grad: allocating even an empty one cost a small no-grad call about 1 us on the H100 host (0.4 us on the CPU).
 Tensor new_mask(const Tensor& x, bool with_mask) {
   if (!with_mask) return Tensor();
   return at::empty_symint({(x.sym_numel() + 7) / 8}, x.options().dtype(at::kByte));
