@@ -9,17 +9,10 @@ import os
 import sys
 
 import torch
-import torch.nn.functional as F
 from torch.profiler import ProfilerActivity, profile
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-import activations  # noqa: E402
-
-CASES = {
-    "relu": (activations.relu, torch.relu),
-    "elu": (lambda x: activations.elu(x, 1.0), lambda x: F.elu(x, 1.0)),
-    "selu": (activations.selu, torch.selu),
-}
+from bench import OPS, parse_sizes  # noqa: E402  (the ops as bench.py times them; imports activations)
 
 
 def kernel_us(fn, x, calls):
@@ -38,15 +31,14 @@ def kernel_us(fn, x, calls):
 
 def main():
     parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes", default="2^20,2^21,2^22,2^23,2^24")
+    parser.add_argument("--sizes", type=parse_sizes, default=parse_sizes("2^20,2^21,2^22,2^23,2^24"))
     parser.add_argument("--calls", type=int, default=200)
     args = parser.parse_args()
-    sizes = [2 ** int(s[2:]) if s.startswith("2^") else int(s) for s in args.sizes.split(",")]
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}: mean kernel time per forward call (us)")
     with torch.no_grad():
-        for name, (ours, theirs) in CASES.items():
+        for name, (ours, theirs) in OPS.items():
             for dtype in (torch.float32, torch.bfloat16):
-                for n in sizes:
+                for n in args.sizes:
                     x = torch.randn(n, device="cuda", dtype=dtype)
                     ours_us, ours_names = kernel_us(ours, x, args.calls)
                     torch_us, torch_names = kernel_us(theirs, x, args.calls)
