@@ -23,7 +23,10 @@ the same run: the ceiling of a memory-bound op. Before a cell is timed, ours is 
 (torch.testing.assert_close); a mismatch stops the run with exit status 1.
 
 --sweep times the forward (or --directions) over sizes (--sizes; default 2^10 ... 2^31 on the GPU, 2^10 ...
-2^24 on the CPU) in float32 and bfloat16, ours against torch and the copy rate. --json writes every number as a
+2^24 on the CPU) in float32 and bfloat16, ours against torch and the copy rate. On the GPU a forward of up to
+256 MiB is timed by replaying its calls from a CUDA graph, so the kernels run back to back as in a busy network
+(at small sizes plain calls from Python time the host's launch path instead, for ours and torch's alike); the
+plain-call ratio is printed beside it, and --overhead times the host side. --json writes every number as a
 list of dicts (key "kind": run, copy, cell, overhead); --plot draws the sweep's GB/s (implies --sweep; needs
 matplotlib).
 """
@@ -74,6 +77,11 @@ CPU_SWEEP = [2**k for k in range(10, 25)]
 WARMUP = 3
 MIN_SAMPLE_MS = 1.0  # calls shorter than this are batched, so event resolution and launch jitter stay small
 MAX_BATCH = 1000
+# The sweep times the forward at sizes up to GRAPH_MAX_BYTES per tensor through CUDA graphs of up to
+# MAX_GRAPH_CALLS calls (see time_ms); above it a kernel outlasts the host side of a call, and plain back-to-back
+# calls keep the GPU busy.
+GRAPH_MAX_BYTES = 2**28
+MAX_GRAPH_CALLS = 100
 CHECK_CHUNK = 2**26  # assert_close makes several temporaries of its inputs' size: compare big tensors in slices
 OVERHEAD_NUMEL, OVERHEAD_CALLS, OVERHEAD_ROUNDS = 1024, 2000, 5
 
@@ -118,13 +126,29 @@ def sample_ms(fn, device, calls, samples, wall_clock=False):
     return times
 
 
-def time_ms(fn, device, reps):
-    """Median milliseconds per call of fn, after warm-up calls (compilation, allocator, caches)."""
+def time_ms(fn, device, reps, graph=False):
+    """Median milliseconds per call of fn, after warm-up calls (compilation, allocator, caches).
+
+    With graph (CUDA only), the calls of a sample are captured once in a CUDA graph and each sample times one
+    replay: the GPU then runs the kernels back to back, with no gaps where it waits for the host to launch the
+    next one. That is the kernels' own time, what a size sweep compares; at 2^20-2^23 elements a call's host side
+    (Python, dispatch, launch: 7-20 us on the H100 machine) outlasts its kernel (2-25 us), so plain back-to-back
+    calls time the host. --overhead measures the host side."""
     for _ in range(WARMUP):
         fn()
     (once,) = sample_ms(fn, device, 1, 1)
-    calls = max(1, min(MAX_BATCH, math.ceil(MIN_SAMPLE_MS / max(once, 1e-6))))
-    return statistics.median(sample_ms(fn, device, calls, reps))
+    if not graph:
+        calls = max(1, min(MAX_BATCH, math.ceil(MIN_SAMPLE_MS / max(once, 1e-6))))
+        return statistics.median(sample_ms(fn, device, calls, reps))
+    calls = max(1, min(MAX_GRAPH_CALLS, math.ceil(MIN_SAMPLE_MS / max(once, 1e-6))))
+    captured = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(captured):
+        for _ in range(calls):
+            fn()
+    captured.replay()  # warm-up
+    samples = sample_ms(captured.replay, device, 1, reps)
+    del captured
+    return statistics.median(samples) / calls
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -133,27 +157,28 @@ def time_ms(fn, device, reps):
 COPY_RATES = {}  # bytes -> record, measured once per run
 
 
-def copy_gbps(nbytes, device, reps):
+def copy_gbps(nbytes, device, reps, graph=False):
     """Best device-to-device copy rate for buffers of nbytes, counting bytes read + written: the ceiling of an
-    elementwise op. float32 and float16 copies are timed; bfloat16's copy_ is slower than either on the H100
-    (DESIGN.md), so it would understate the ceiling."""
-    if nbytes not in COPY_RATES:
-        record = {"kind": "copy", "bytes": nbytes}
+    elementwise op, timed the same way as the op (graph: see time_ms). float32 and float16 copies are timed;
+    bfloat16's copy_ is slower than either on the H100 (DESIGN.md), so it would understate the ceiling."""
+    key = (nbytes, graph)
+    if key not in COPY_RATES:
+        record = {"kind": "copy", "bytes": nbytes, "graph": graph}
         for dtype in (torch.float32, torch.float16):
             src = torch.randn(max(1, nbytes // dtype.itemsize), device=device, dtype=dtype)
             dst = torch.empty_like(src)
-            ms = time_ms(lambda: dst.copy_(src), device, reps)
+            ms = time_ms(lambda: dst.copy_(src), device, reps, graph)
             record[f"{dtype_name(dtype)}_gbps"] = gbps(2 * src.numel() * src.element_size(), ms)
             del src, dst
             release(device)
         record["gbps"] = max(record["float32_gbps"], record["float16_gbps"])
-        COPY_RATES[nbytes] = record
+        COPY_RATES[key] = record
         print(
-            f"copy floor for {fmt_bytes(nbytes)}: float32 {record['float32_gbps']:.0f} GB/s, "
-            f"float16 {record['float16_gbps']:.0f} GB/s",
+            f"copy floor for {fmt_bytes(nbytes)}{' (CUDA graph)' if graph else ''}: "
+            f"float32 {record['float32_gbps']:.0f} GB/s, float16 {record['float16_gbps']:.0f} GB/s",
             flush=True,
         )
-    return COPY_RATES[nbytes]["gbps"]
+    return COPY_RATES[key]["gbps"]
 
 
 def bytes_moved(op, impl, direction, numel, itemsize):
@@ -231,11 +256,15 @@ def step_memory(fn, x, g, device):
     return peak, kept
 
 
-def run_cell(record, impls, x, g, device, reps):
-    """Checks ours (and torch.compile) against torch, then times each implementation; fills record."""
+def run_cell(record, impls, x, g, device, reps, graphs=False):
+    """Checks ours (and torch.compile) against torch, then times each implementation; fills record. With graphs
+    (the sweep), a CUDA forward of up to GRAPH_MAX_BYTES is timed through CUDA graphs (see time_ms), and as plain
+    calls too (the *_calls_ms numbers)."""
     op, direction = record["op"], record["direction"]
     numel, itemsize = x.numel(), x.element_size()
-    record["copy_gbps"] = copy_rate = copy_gbps(numel * itemsize, device, reps)
+    graph = graphs and device.type == "cuda" and direction == "forward" and numel * itemsize <= GRAPH_MAX_BYTES
+    record["timing"] = "cuda graph" if graph else "calls"
+    record["copy_gbps"] = copy_rate = copy_gbps(numel * itemsize, device, reps, graph)
     reference = make_pass(impls["torch"], x, g, direction)()
     for impl, fn in impls.items():
         ms = None
@@ -243,7 +272,9 @@ def run_cell(record, impls, x, g, device, reps):
             run = make_pass(fn, x, g, direction)
             if impl != "torch":
                 check_close(run(), reference, f"{impl} {op} {record['dtype']} {direction}")
-            ms = time_ms(run, device, reps)
+            ms = time_ms(run, device, reps, graph)
+            if graph:
+                record[f"{impl}_calls_ms"] = time_ms(run, device, reps)
             if direction == "step" and device.type == "cuda":
                 record[f"{impl}_step_peak_bytes"], record[f"{impl}_graph_bytes"] = step_memory(fn, x, g, device)
         except Exception as error:  # torch.compile may fail on a given torch/GPU: a note, not the end of the run
@@ -264,6 +295,9 @@ def run_cell(record, impls, x, g, device, reps):
         )
     ours, theirs = record["ours_ms"], record["torch_ms"]
     record["speedup"] = theirs / ours if ours and theirs else None
+    if graph:
+        ours, theirs = record.get("ours_calls_ms"), record.get("torch_calls_ms")
+        record["calls_speedup"] = theirs / ours if ours and theirs else None
 
 
 def compiled(fn):
@@ -280,8 +314,8 @@ def compiled(fn):
         return unavailable
 
 
-def run_cells(ops, dtypes, shapes, directions, device, reps, with_compile):
-    """Every cell, one progress line as each finishes; returns the records."""
+def run_cells(ops, dtypes, shapes, directions, device, reps, with_compile, graphs=False):
+    """Every cell, one progress line as each finishes; returns the records. graphs: see run_cell."""
     records = []
     total, done = len(ops) * len(dtypes) * len(shapes) * len(directions), 0
     for op in ops:
@@ -300,7 +334,7 @@ def run_cells(ops, dtypes, shapes, directions, device, reps, with_compile):
                     record = {"kind": "cell", "op": op, "dtype": dtype_name(dtype), "direction": direction,
                               "numel": x.numel(), "shape": list(x.shape)}
                     try:
-                        run_cell(record, impls, x, g, device, reps)
+                        run_cell(record, impls, x, g, device, reps, graphs)
                     except torch.cuda.OutOfMemoryError:
                         record["error"] = "out of memory"
                     release(device)
@@ -375,11 +409,14 @@ def progress_line(r):
     if "error" in r:
         return f"{r['op']} {r['dtype']} {r['direction']} {fmt_size(r['numel'])}: {r['error']}"
     times = ", ".join(f"{impl} {fmt(r[f'{impl}_ms'], '.4g', ' ms')}" for impl in impls_of([r]))
+    graph = r.get("timing") == "cuda graph"
     line = (
-        f"{r['op']:<5} {r['dtype']:<8} {r['direction']:<8} {fmt_size(r['numel']):>5}: {times}; "
-        f"torch/ours {fmt(r['speedup'], '.2f', 'x')}, ours {fmt(r['ours_gbps'], '.0f')} GB/s = "
-        f"{fmt(r['ours_pct_copy'], '.1f')}% of copy ({r['copy_gbps']:.0f} GB/s)"
+        f"{r['op']:<5} {r['dtype']:<8} {r['direction']:<8} {fmt_size(r['numel']):>5}: {times}"
+        f"{' (CUDA graph)' if graph else ''}; torch/ours {fmt(r['speedup'], '.2f', 'x')}, ours "
+        f"{fmt(r['ours_gbps'], '.0f')} GB/s = {fmt(r['ours_pct_copy'], '.1f')}% of copy ({r['copy_gbps']:.0f} GB/s)"
     )
+    if graph:
+        line += f"; as plain calls torch/ours {fmt(r.get('calls_speedup'), '.2f', 'x')}"
     return line + (f"  [compile: {r['compile_error']}]" if "compile_error" in r else "")
 
 
@@ -398,14 +435,23 @@ def print_cells(records, title):
     headers = ["op", "dtype", "direction"] + (["elements"] if sized else [])
     headers += [f"{impl} ms" for impl in impls]
     headers += ["torch/ours", "ours GB/s", "ours % copy", "torch % copy", "copy GB/s"]
+    graphs = any(r.get("timing") == "cuda graph" for r in records)
+    headers += ["timing", "plain calls torch/ours"] if graphs else []
     rows = []
     for r in records:
         row = [r["op"], r["dtype"], r["direction"]] + ([fmt_size(r["numel"])] if sized else [])
-        row += [fmt(r.get(f"{impl}_ms"), ".3f") for impl in impls]
+        row += [fmt(r.get(f"{impl}_ms"), ".4f" if graphs else ".3f") for impl in impls]
         row += [fmt(r.get("speedup"), ".2f", "x"), fmt(r.get("ours_gbps"), ".0f"), fmt(r.get("ours_pct_copy"), ".1f")]
         row += [fmt(r.get("torch_pct_copy"), ".1f"), fmt(r.get("copy_gbps"), ".0f")]
+        row += [r.get("timing", ""), fmt(r.get("calls_speedup"), ".2f", "x")] if graphs else []
         rows.append(row)
     print_table(title, headers, rows)
+    if graphs:
+        print(
+            "  timing 'cuda graph': the calls of a sample replayed from one CUDA graph, the kernels' own time; "
+            "'plain calls torch/ours' times the same calls from Python, launch gaps included (the host side of a "
+            "call outlasts its kernel there; --overhead measures it)."
+        )
     for r in records:
         if "compile_error" in r or "error" in r:
             print(f"  note: {r['op']} {r['dtype']} {r['direction']}: {r.get('error') or r['compile_error']}")
@@ -558,7 +604,7 @@ def main(argv=None):
     try:
         if main_run or args.sweep:
             dtypes, shapes, directions, with_compile = cell_plan(args, on_gpu)
-            cells = run_cells(ops, dtypes, shapes, directions, device, args.reps, with_compile)
+            cells = run_cells(ops, dtypes, shapes, directions, device, args.reps, with_compile, graphs=args.sweep)
         if main_run or args.overhead:
             overhead = run_overhead(ops, device)
     except AssertionError as error:

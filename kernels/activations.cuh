@@ -15,46 +15,58 @@
 
 namespace activations {
 
-#ifndef __CUDA_ARCH__
-// exp and expm1 in float for the CPU kernels. libm's expf and expm1f are calls that g++ cannot vectorize, which
-// left the CPU ELU 10x slower than torch's; these are inline and branch-free (selects only), so the loops around
-// them vectorize. Measured against long double over every 97th float: expm1 <= 0.86 ulp for x <= 0 (the side
-// ELU uses; <= 1.5 ulp above), exp <= 0.97 ulp, both with correctly signed zeros, subnormals, +-inf and NaN.
-namespace host_float {
-
-inline float from_bits(uint32_t bits) {
+ACTIVATION_FN float float_from_bits(uint32_t bits) {
   float f;
   memcpy(&f, &bits, sizeof f);
   return f;
 }
 
-// expm1(r) for x = k ln2 + r, |r| <= ln2 / 2, with 2^k returned as two factors: each is a normal float for every
-// k the clamp allows, and a result in the subnormal range is then rounded once, by the second product.
+// expm1(x) for x <= 0, in float, on both devices: ELU's negative side. It needs no overflow handling (the result
+// lies in [-1, 0]) and makes 2^k from exponent bits, so it takes about 20 instructions where CUDA's general
+// expm1f takes about 30: at sizes that sit in the H100's L2 (2^20-2^22 elements) the float32 ELU forward went
+// from 0.91-0.96x of torch's kernel to 1.06-1.15x (tools/elu_forward_variants.cu). Branch-free (selects only), so
+// the CPU loops vectorize. Checked on every float x <= 0 against double (tools/expm1_exhaustive.cpp): <= 0.88
+// ulp (CUDA's expm1f: <= 1 ulp), -0.0 and subnormals returned as they are, -inf gives -1. x > 0 and NaN give 0:
+// ELU never uses those (they take its other side), and the CPU loops, which compute both sides and select, get a
+// finite value.
+ACTIVATION_FN float expm1_nonpositive(float x) {
+  // Below -17.5, e^x < 2^-25 and the result rounds to -1: the clamp keeps k in [-25, 0].
+  const float clamped = x < -17.5f ? -17.5f : (x < 0.0f ? x : 0.0f);
+  const float k = rintf(clamped * 1.44269504088896341f);  // x = k ln2 + r, |r| <= ln2 / 2
+  // ln2 in two parts (Cody and Waite): k * 0.693359375 is exact, so r keeps its low bits.
+  const float r = fmaf(k, 2.12194440e-4f, fmaf(k, -0.693359375f, clamped));
+  // expm1(r) = r + r^2 q(r), the Taylor series to r^7: the first term left out is below 2^-26 of the result.
+  const float q = fmaf(fmaf(fmaf(fmaf(fmaf(1.0f / 5040, r, 1.0f / 720), r, 1.0f / 120), r, 1.0f / 24), r, 1.0f / 6),
+                       r, 0.5f);
+  const float p = fmaf(r * r, q, r);
+  // 2^k (1 + p) - 1 = 2^k p + (2^k - 1): 2^k - 1 is exact for these k, so the sum is rounded once.
+  const float two_to_k = float_from_bits(static_cast<uint32_t>(static_cast<int>(k) + 127) << 23);
+  const float result = fmaf(two_to_k, p, two_to_k - 1.0f);
+  return x == 0.0f ? x : result;  // keeps -0.0 (r lost its sign)
+}
+ACTIVATION_FN double expm1_nonpositive(double x) { return expm1(x); }
+
+#ifndef __CUDA_ARCH__
+// exp in float for the CPU kernels (the ELU backward from the input). libm's expf is a call that g++ cannot
+// vectorize; this is inline and branch-free (selects only), so the loops around it vectorize. Measured against
+// long double over every 97th float: <= 0.97 ulp, with correctly signed zeros, subnormals, +-inf and NaN.
+namespace host_float {
+
+// exp(x) = 2^k (1 + p) for x = k ln2 + r, |r| <= ln2 / 2, with 2^k returned as two factors: each is a normal
+// float for every k the clamp allows, and a result in the subnormal range is then rounded once, by the second
+// product.
 inline float reduce(float x, float& two_to_k_a, float& two_to_k_b) {
-  const float clamped = !(x >= -104.0f) ? -104.0f : (x > 89.0f ? 89.0f : x);  // NaN goes to -104: see callers
+  const float clamped = !(x >= -104.0f) ? -104.0f : (x > 89.0f ? 89.0f : x);  // NaN goes to -104: see exp
   const float rounder = 12582912.0f;                                          // 1.5 * 2^23: adding it rounds
   const float k = (clamped * 1.44269504088896341f + rounder) - rounder;      // round(x / ln2)
-  // ln2 in two parts (Cody and Waite): k * 0.693359375 is exact, so r keeps its low bits.
   const float r = (clamped - k * 0.693359375f) + k * 2.12194440e-4f;
   const int k_int = static_cast<int>(k);
-  two_to_k_a = from_bits(static_cast<uint32_t>((k_int >> 1) + 127) << 23);
-  two_to_k_b = from_bits(static_cast<uint32_t>(k_int - (k_int >> 1) + 127) << 23);
+  two_to_k_a = float_from_bits(static_cast<uint32_t>((k_int >> 1) + 127) << 23);
+  two_to_k_b = float_from_bits(static_cast<uint32_t>(k_int - (k_int >> 1) + 127) << 23);
   // Taylor series to r^8: the first term left out is below 2^-27 of the result.
   const float tail = 0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720 +
                                 r * (1.0f / 5040 + r * (1.0f / 40320))))));
   return r + r * (r * tail);
-}
-
-inline float expm1(float x) {
-  float a, b;
-  const float p = reduce(x, a, b);
-  // 2^k (1 + p) - 1. Up to 2^24, 2^k - 1 is exact and the sum 2^k p + (2^k - 1) rounds once; above, the 1 is
-  // below the result's precision (and 2^k alone may overflow).
-  const float moderate = (p * a) * b + (a * b - 1.0f);
-  const float large = ((p + 1.0f) * a) * b - 1.0f;
-  const float result = a * b > 0x1p24f ? large : moderate;
-  // expm1(x) rounds to x itself for |x| < 2^-25: this keeps -0.0 and subnormals exact.
-  return (x != x || fabsf(x) < 0x1p-25f) ? x : result;
 }
 
 inline float exp(float x) {
@@ -67,22 +79,18 @@ inline float exp(float x) {
 }  // namespace host_float
 #endif
 
-// Overloads that pick the float or double function: CUDA's on the GPU; on the CPU the vectorizable float ones
-// above and libm's for double.
+// exp in the compute type: CUDA's on the GPU; on the CPU the vectorizable float one above and libm's for double.
 #ifdef __CUDA_ARCH__
-ACTIVATION_FN float expm1_of(float x) { return expm1f(x); }
 ACTIVATION_FN float exp_of(float x) { return expf(x); }
 #else
-ACTIVATION_FN float expm1_of(float x) { return host_float::expm1(x); }
 ACTIVATION_FN float exp_of(float x) { return host_float::exp(x); }
 #endif
-ACTIVATION_FN double expm1_of(double x) { return expm1(x); }
 ACTIVATION_FN double exp_of(double x) { return exp(x); }
 ACTIVATION_FN float fma_of(float a, float b, float c) { return fmaf(a, b, c); }
 ACTIVATION_FN double fma_of(double a, double b, double c) { return fma(a, b, c); }
 
-// expm1 for results that are rounded to float16 or bfloat16. expm1f's accuracy (1 ulp of float) is wasted there,
-// and its instruction count made the half-precision ELU forward compute-bound on the H100 (79 % of the copy
+// expm1 for results that are rounded to float16 or bfloat16. A float's accuracy (1 ulp) is wasted there, and
+// expm1f's instruction count made the half-precision ELU forward compute-bound on the H100 (79 % of the copy
 // rate). This one's relative error stays below 2^-17, far under half an ulp of float16 (2^-12) or bfloat16
 // (2^-9), so the rounded result is the correctly rounded one or one ulp off.
 ACTIVATION_FN float expm1_for_16bit(float x) {
@@ -95,7 +103,7 @@ ACTIVATION_FN float expm1_for_16bit(float x) {
   const float via_exp = __expf(x) - 1.0f;
   return fabsf(x) < 0.03125f ? taylor : via_exp;
 #else
-  return host_float::expm1(x);  // the CPU kernels use Elu<float> for 16-bit tensors too; this keeps it defined
+  return expm1_nonpositive(x);  // the CPU kernels use Elu<float> for 16-bit tensors too; this keeps it defined
 #endif
 }
 
@@ -145,7 +153,7 @@ struct Elu {
       const T positive_side = positive.hi * x;
       return x <= T(0) ? negative_side : positive_side;
     }
-    return x <= T(0) ? negative.times(expm1_of(x)) : positive.times(x);
+    return x <= T(0) ? negative.times(expm1_nonpositive(x)) : positive.times(x);
   }
 
   // d elu / dx from the input: scale * alpha * exp(x) for x <= 0, scale otherwise.
