@@ -25,8 +25,9 @@ the same run: the ceiling of a memory-bound op. Before a cell is timed, ours is 
 --sweep times the forward (or --directions) over sizes (--sizes; default 2^10 ... 2^31 on the GPU, 2^10 ...
 2^24 on the CPU) in float32 and bfloat16, ours against torch and the copy rate. On the GPU a forward of up to
 256 MiB is timed by replaying its calls from a CUDA graph, so the kernels run back to back as in a busy network
-(at small sizes plain calls from Python time the host's launch path instead, for ours and torch's alike); the
-plain-call ratio is printed beside it, and --overhead times the host side. --json writes every number as a
+(at small sizes plain calls from Python time the host's launch path instead, for ours and torch's alike), in
+three rounds that alternate ours and torch's; the plain-call ratio is printed beside it, and --overhead times the
+host side. --json writes every number as a
 list of dicts (key "kind": run, copy, cell, overhead); --plot draws the sweep's GB/s (implies --sweep; needs
 matplotlib).
 """
@@ -82,6 +83,10 @@ MAX_BATCH = 1000
 # calls keep the GPU busy.
 GRAPH_MAX_BYTES = 2**28
 MAX_GRAPH_CALLS = 100
+# ... in rounds that alternate ours and torch's, each keeping its best: once on the H100 machine one
+# implementation's samples of a cell all ran 2-5x slower than before and after (both timings of it, graph and
+# plain calls), which one round turns into a false 0.21x.
+GRAPH_ROUNDS = 3
 CHECK_CHUNK = 2**26  # assert_close makes several temporaries of its inputs' size: compare big tensors in slices
 OVERHEAD_NUMEL, OVERHEAD_CALLS, OVERHEAD_ROUNDS = 1024, 2000, 5
 
@@ -258,31 +263,40 @@ def step_memory(fn, x, g, device):
 
 def run_cell(record, impls, x, g, device, reps, graphs=False):
     """Checks ours (and torch.compile) against torch, then times each implementation; fills record. With graphs
-    (the sweep), a CUDA forward of up to GRAPH_MAX_BYTES is timed through CUDA graphs (see time_ms), and as plain
-    calls too (the *_calls_ms numbers)."""
+    (the sweep), a CUDA forward of up to GRAPH_MAX_BYTES is timed through CUDA graphs (see time_ms) and as plain
+    calls (the *_calls_ms numbers), in GRAPH_ROUNDS rounds that alternate the implementations, each keeping its
+    best round."""
     op, direction = record["op"], record["direction"]
     numel, itemsize = x.numel(), x.element_size()
     graph = graphs and device.type == "cuda" and direction == "forward" and numel * itemsize <= GRAPH_MAX_BYTES
     record["timing"] = "cuda graph" if graph else "calls"
     record["copy_gbps"] = copy_rate = copy_gbps(numel * itemsize, device, reps, graph)
     reference = make_pass(impls["torch"], x, g, direction)()
-    for impl, fn in impls.items():
-        ms = None
-        try:
-            run = make_pass(fn, x, g, direction)
-            if impl != "torch":
-                check_close(run(), reference, f"{impl} {op} {record['dtype']} {direction}")
-            ms = time_ms(run, device, reps, graph)
-            if graph:
-                record[f"{impl}_calls_ms"] = time_ms(run, device, reps)
-            if direction == "step" and device.type == "cuda":
-                record[f"{impl}_step_peak_bytes"], record[f"{impl}_graph_bytes"] = step_memory(fn, x, g, device)
-        except Exception as error:  # torch.compile may fail on a given torch/GPU: a note, not the end of the run
-            if impl != "compile":
-                raise
-            record["compile_error"] = f"{type(error).__name__}: {error}".splitlines()[0][:300]
-        run = None  # drops the backward's graph before the next implementation builds its own
-        release(device)
+    best = {}  # impl -> [ms, plain-calls ms]
+    for round_ in range(GRAPH_ROUNDS if graph else 1):
+        for impl, fn in impls.items():
+            if round_ and impl not in best:
+                continue  # it failed in the first round (torch.compile)
+            try:
+                run = make_pass(fn, x, g, direction)
+                if round_ == 0 and impl != "torch":
+                    check_close(run(), reference, f"{impl} {op} {record['dtype']} {direction}")
+                times = [time_ms(run, device, reps, graph), time_ms(run, device, reps) if graph else None]
+                if round_ == 0 and direction == "step" and device.type == "cuda":
+                    record[f"{impl}_step_peak_bytes"], record[f"{impl}_graph_bytes"] = step_memory(fn, x, g, device)
+            except Exception as error:  # torch.compile may fail on a given torch/GPU: a note, not the end of the run
+                if impl != "compile":
+                    raise
+                record["compile_error"] = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+                continue
+            finally:
+                run = None  # drops the backward's graph before the next implementation builds its own
+                release(device)
+            if impl in best:  # a later round: keep the better of each time
+                times = [None if t is None else min(t, kept) for t, kept in zip(times, best[impl])]
+            best[impl] = times
+    for impl in impls:
+        ms, calls_ms = best.get(impl, (None, None))
         nbytes = bytes_moved(op, impl, direction, numel, itemsize)
         rate = gbps(nbytes, ms)
         record.update(
@@ -293,6 +307,8 @@ def run_cell(record, impls, x, g, device, reps, graphs=False):
                 f"{impl}_pct_copy": None if rate is None else 100 * rate / copy_rate,
             }
         )
+        if graph:
+            record[f"{impl}_calls_ms"] = calls_ms
     ours, theirs = record["ours_ms"], record["torch_ms"]
     record["speedup"] = theirs / ours if ours and theirs else None
     if graph:

@@ -71,8 +71,8 @@ INPLACE = {"relu": activations.relu_, "elu": activations.elu_, "selu": activatio
 
 # Error bounds in units in the last place of the output dtype, against the exact (float64) result.
 # float32 forward: our expm1 (<= 0.88 ulp, activations.cuh) times the coefficient alpha * scale (held as two
-# floats, so the product is rounded once): <= 2 ulp. float32 backward: grad * coefficient * expf(x), one more rounding and
-# CUDA's expf (<= 2 ulp, its documented bound) instead of expm1f: <= 3 ulp. float16/bfloat16: computed in float32
+# floats, so the product is rounded once): <= 2 ulp. float32 backward: grad * coefficient * expf(x), one more
+# rounding and CUDA's expf (<= 2 ulp, its documented bound): <= 3 ulp. float16/bfloat16: computed in float32
 # and rounded once: correctly rounded or one ulp off. float64 is compared with torch's own float64 result, so
 # the errors of both libms add up.
 MAX_ULP = {

@@ -24,11 +24,11 @@ ACTIVATION_FN float float_from_bits(uint32_t bits) {
 // expm1(x) for x <= 0, in float, on both devices: ELU's negative side. It needs no overflow handling (the result
 // lies in [-1, 0]) and makes 2^k from exponent bits, so it takes about 20 instructions where CUDA's general
 // expm1f takes about 30: at sizes that sit in the H100's L2 (2^20-2^22 elements) the float32 ELU forward went
-// from 0.91-0.96x of torch's kernel to 1.06-1.15x (tools/elu_forward_variants.cu). Branch-free (selects only), so
-// the CPU loops vectorize. Checked on every float x <= 0 against double (tools/expm1_exhaustive.cpp): <= 0.88
-// ulp (CUDA's expm1f: <= 1 ulp), -0.0 and subnormals returned as they are, -inf gives -1. x > 0 and NaN give 0:
-// ELU never uses those (they take its other side), and the CPU loops, which compute both sides and select, get a
-// finite value.
+// from 0.90-0.96x of torch's to 1.01-1.23x (bench.py --sweep; variants: tools/elu_forward_variants.cu).
+// Branch-free (selects only), so the CPU loops vectorize. Checked on every float x <= 0 against double
+// (tools/expm1_exhaustive.cpp): <= 0.88 ulp (CUDA's expm1f: <= 1 ulp), -0.0 and subnormals returned as they are,
+// -inf gives -1. x > 0 and NaN give 0: ELU never uses those (they take its other side), and the CPU loops, which
+// compute both sides and select, get a finite value.
 ACTIVATION_FN float expm1_nonpositive(float x) {
   // Below -17.5, e^x < 2^-25 and the result rounds to -1: the clamp keeps k in [-25, 0].
   const float clamped = x < -17.5f ? -17.5f : (x < 0.0f ? x : 0.0f);

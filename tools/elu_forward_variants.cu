@@ -1,6 +1,6 @@
 // Times variants of the float32 ELU/SELU forward at sizes where the data sits in the H100's L2 (2^20 ... 2^22
 // elements) and beyond, kernel time only (CUDA graphs of back-to-back launches), to find why ours trailed torch's
-// kernel there (issue 3). Standalone: includes the real kernels. The accuracy line checks every variant on the
+// kernel there (issue 3); and the float32 ReLU forward with other block sizes and index types. Standalone: includes the real kernels. The accuracy line checks every variant on the
 // device against double, specials and tiny and huge magnitudes included.
 //
 //   nvcc -O3 -std=c++17 -arch=sm_90 -I kernels tools/elu_forward_variants.cu -o /tmp/elu_variants && /tmp/elu_variants
@@ -67,6 +67,27 @@ __global__ void __launch_bounds__(256) two_vectors_kernel(int64_t n, Op op, floa
   b = {op(b.x), op(b.y), op(b.z), op(b.w)};
   reinterpret_cast<float4*>(out + first)[0] = a;
   reinterpret_cast<float4*>(out + first)[1] = b;
+}
+
+// The ReLU forward with the block size and index type as parameters: the shipped kernel is <256, int64_t>.
+template <int kThreads, class Index>
+__global__ void __launch_bounds__(kThreads)
+    relu_kernel(Index n, float* __restrict__ out, const float* __restrict__ in) {
+  const Index first = (static_cast<Index>(blockIdx.x) * kThreads + threadIdx.x) * 4;
+  if (first + 4 > n) return;  // sizes here are multiples of 4
+  const Forward<Relu<float>> relu{};
+  float4 a = *reinterpret_cast<const float4*>(in + first);
+  a = {relu(a.x), relu(a.y), relu(a.z), relu(a.w)};
+  *reinterpret_cast<float4*>(out + first) = a;
+}
+
+template <int kThreads, class Index>
+struct ReluVariant {};
+
+template <int kThreads, class Index>
+void launch_one(int64_t n, ReluVariant<kThreads, Index>, float* out, const float* in, cudaStream_t stream, bool) {
+  relu_kernel<kThreads, Index><<<static_cast<unsigned>((n / 4 + kThreads - 1) / kThreads), kThreads, 0, stream>>>(
+      static_cast<Index>(n), out, in);
 }
 
 template <class Op>
@@ -183,6 +204,17 @@ int main() {
                 time_us(n, TorchMath{neg, pos}, out, in, false),
                 time_us(n, OwnExpm1PlainProducts{neg, pos}, out, in, false),
                 time_us(n, Shipped{elu}, out, in, true), time_us(n, CudaExpm1f{elu}, out, in, true));
+  }
+  std::printf("\nReLU forward, us per launch: shipped (elementwise_kernel, 256 threads, 64-bit index) and variants\n");
+  std::printf("%-6s %8s %8s %8s %8s %8s %8s\n", "n", "copy", "shipped", "256/i64", "256/i32", "128/i64", "128/i32");
+  for (int log2n = 20; log2n <= 24; ++log2n) {
+    const int64_t n = int64_t(1) << log2n;
+    std::printf("2^%-4d %8.2f %8.2f %8.2f %8.2f %8.2f %8.2f\n", log2n, time_us(n, Identity{}, out, in, false),
+                time_us(n, Forward<Relu<float>>{}, out, in, false),
+                time_us(n, ReluVariant<256, int64_t>{}, out, in, false),
+                time_us(n, ReluVariant<256, int32_t>{}, out, in, false),
+                time_us(n, ReluVariant<128, int64_t>{}, out, in, false),
+                time_us(n, ReluVariant<128, int32_t>{}, out, in, false));
   }
   return 0;
 }
