@@ -12,8 +12,9 @@ of torch's function:
     forward    the inference forward under torch.no_grad() (ours then writes no ReLU mask);
     backward   torch.autograd.grad(y, x, g, retain_graph=True) on a graph built beforehand: the backward alone;
     step       forward with grad, then autograd.grad: one training step of the layer.
-It then prints the peak memory of a step and what the autograd graph keeps, and the wall-clock cost of one call
-at 1024 elements (the --overhead section). Without a GPU it runs a small CPU benchmark instead (2^22 elements,
+It then prints the peak memory of a step (as timed, and inside a network, where the gradient reaching the layer is
+a temporary) and what the autograd graph keeps, and the wall-clock cost of one call at 1024 elements (the
+--overhead section). Without a GPU it runs a small CPU benchmark instead (2^22 elements,
 float32 and bfloat16, torch.compile only with --compile).
 
 Times are medians of --reps samples after a warm-up; on the GPU each sample is a pair of CUDA events, and calls
@@ -242,23 +243,38 @@ def check_close(actual, expected, what):
                 raise AssertionError(f"{what}: differs from torch in elements {start}..{end}: {error}") from None
 
 
-def step_memory(fn, x, g, device):
-    """(peak bytes one step allocates, bytes the autograd graph keeps alive once the forward's output is dropped).
-
-    The step's peak holds y and grad_in either way; what the graph keeps is what the saved tensor costs a network
-    whose next layer does not keep y: torch's ReLU keeps y (n elements), ours a mask (n/8 bytes); ELU and SELU,
-    torch's and ours, keep the input, which is alive anyway (0 here)."""
+def peak_bytes(run, device):
+    """Peak bytes run() allocates over what was allocated before it."""
     release(device)
     base = torch.cuda.memory_allocated(device)
     torch.cuda.reset_peak_memory_stats(device)
-    make_pass(fn, x, g, "step")()
-    peak = torch.cuda.max_memory_allocated(device) - base
+    run()
+    return torch.cuda.max_memory_allocated(device) - base
+
+
+def step_memory(fn, x, g, device):
+    """{name: bytes} of a step's memory: its peak with the caller's gradient (the timed step), its peak inside a
+    network, and what the autograd graph keeps alive once the forward's output is dropped.
+
+    The timed step's peak holds y and grad_in either way, and our ReLU's mask too. Inside a network the gradient
+    reaching the layer is a temporary that only autograd holds: here (fn(x) * 2).sum() and its backward, where
+    our backward writes grad_in into that temporary while torch's allocates it. What the graph keeps is what the
+    saved tensor costs a network whose next layer does not keep y: torch's ReLU keeps y (n elements), ours a mask
+    (n/8 bytes); ELU and SELU, torch's and ours, keep the input, which is alive anyway (0 here)."""
+    memory = {"step_peak": peak_bytes(make_pass(fn, x, g, "step"), device)}
+
+    def network_step():
+        (fn(x.detach().requires_grad_()) * 2).sum().backward()
+
+    memory["network_step_peak"] = peak_bytes(network_step, device)
+    release(device)
+    base = torch.cuda.memory_allocated(device)
     y = fn(x.detach().requires_grad_())
     node = y.grad_fn
     del y
-    kept = torch.cuda.memory_allocated(device) - base
+    memory["graph"] = torch.cuda.memory_allocated(device) - base
     del node
-    return peak, kept
+    return memory
 
 
 def run_cell(record, impls, x, g, device, reps, graphs=False):
@@ -283,7 +299,8 @@ def run_cell(record, impls, x, g, device, reps, graphs=False):
                     check_close(run(), reference, f"{impl} {op} {record['dtype']} {direction}")
                 times = [time_ms(run, device, reps, graph), time_ms(run, device, reps) if graph else None]
                 if round_ == 0 and direction == "step" and device.type == "cuda":
-                    record[f"{impl}_step_peak_bytes"], record[f"{impl}_graph_bytes"] = step_memory(fn, x, g, device)
+                    for what, nbytes in step_memory(fn, x, g, device).items():
+                        record[f"{impl}_{what}_bytes"] = nbytes
             except Exception as error:  # torch.compile may fail on a given torch/GPU: a note, not the end of the run
                 if impl != "compile":
                     raise
@@ -480,17 +497,17 @@ def print_memory(records):
             print("\n(Memory of a step is measured on CUDA only.)")
         return
     impls = [impl for impl in impls_of(steps) if any(f"{impl}_graph_bytes" in r for r in steps)]
-    headers = ["op", "dtype", "elements"] + [f"{impl} step peak" for impl in impls]
-    headers += [f"{impl} graph keeps" for impl in impls]
+    columns = [("step_peak", "step peak"), ("network_step_peak", "in-network step peak"), ("graph", "graph keeps")]
+    headers = ["op", "dtype", "elements"] + [f"{impl} {title}" for _, title in columns for impl in impls]
     rows = [
         [r["op"], r["dtype"], fmt_size(r["numel"])]
-        + [fmt_bytes(r.get(f"{impl}_step_peak_bytes")) for impl in impls]
-        + [fmt_bytes(r.get(f"{impl}_graph_bytes")) for impl in impls]
+        + [fmt_bytes(r.get(f"{impl}_{what}_bytes")) for what, _ in columns for impl in impls]
         for r in steps
     ]
     print_table(
-        "Memory of one step (torch.cuda.max_memory_allocated over what was allocated before it), and what the "
-        "autograd graph keeps once the forward's output is dropped",
+        "Memory of one step (torch.cuda.max_memory_allocated over what was allocated before it): the timed step, "
+        "with the caller's gradient; the step inside a network, (f(x) * 2).sum() and its backward, where the "
+        "gradient reaching f is a temporary; and what the autograd graph keeps once the forward's output is dropped",
         headers,
         rows,
     )

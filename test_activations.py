@@ -691,6 +691,90 @@ def test_opcheck(name, dtype, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16], ids=str)
+@pytest.mark.parametrize("name", ["relu_backward", "elu_backward", "relu_backward_", "elu_backward_"])
+def test_opcheck_backward_operators(name, dtype, device):
+    """The backward operators the autograd nodes call, the in-place ones (which write into grad_output) included."""
+    op = getattr(torch.ops.activations, name).default
+    x = torch.randn(5, 7, dtype=dtype, device=device)
+    grad = torch.randn_like(x)
+    if name.startswith("relu"):
+        args = (grad, torch.ops.activations.relu_with_mask(x)[1])
+    else:
+        args = (grad, x, 0.5, 1.0, False)
+    torch.library.opcheck(op, args)
+
+
+def profiled_operators(run):
+    """Names of our operators that run() calls."""
+    with torch.profiler.profile() as profiler:
+        run()
+    return {event.name for event in profiler.events() if event.name.startswith("activations::")}
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", ["relu", "elu_alpha_0.3", "selu"])
+def test_backward_writes_into_a_gradient_nobody_else_holds(name, device):
+    """Where autograd hands the backward a gradient that nothing else refers to, the backward writes its result
+    into it (the *_backward_ operators) instead of a new tensor; a gradient the caller, a hook or another node
+    still holds is left alone. Both ways give the same bits."""
+    ours, _, args = OPS[name]
+    backward_op = "activations::relu_backward" if name == "relu" else "activations::elu_backward"
+    x = sample(999, torch.float32, device, fresh_seed()).requires_grad_()
+
+    def temporary_gradient():  # the gradient of y is (y * 3)'s backward's result, which only autograd holds
+        (ours(x, *args) * 3).sum().backward()
+
+    assert backward_op + "_" in profiled_operators(temporary_gradient)
+    taken = x.grad
+    x.grad = None
+    held = torch.full_like(x, 3.0)
+    operators = profiled_operators(lambda: torch.autograd.grad(ours(x, *args), x, held))
+    assert backward_op in operators and backward_op + "_" not in operators
+    assert torch.equal(held, torch.full_like(x, 3.0)), "the caller's gradient was overwritten"
+    (given,) = torch.autograd.grad(ours(x, *args), x, held)
+    assert torch.equal(as_bits(taken), as_bits(given))
+
+    # A hook that keeps the gradient, and one gradient sent to two nodes (an add's backward).
+    kept = []
+    x.grad = None
+    y = ours(x, *args)
+    y.register_hook(kept.append)
+    (y * 3).sum().backward()
+    assert torch.equal(kept[0], torch.full_like(x, 3.0)), "a gradient a hook kept was overwritten"
+    assert torch.equal(as_bits(x.grad), as_bits(given))
+    a = x.detach().clone().requires_grad_()
+    b = x.detach().clone().requires_grad_()
+    ((ours(a, *args) + ours(b, *args)) * 3).sum().backward()
+    assert torch.equal(as_bits(a.grad), as_bits(given)) and torch.equal(as_bits(b.grad), as_bits(given))
+
+
+@requires_cuda
+@pytest.mark.parametrize("name", ["relu", "elu", "selu"])
+def test_training_step_peaks_no_higher_than_torch(name):
+    """A layer inside a network: (activation(x) * 2).sum() and its backward, peak memory over what existed before.
+    torch's ReLU keeps its output for the backward and its backward allocates the input gradient; ours keeps a
+    mask and writes the input gradient into the incoming one: lower. ELU/SELU keep the input either way (it
+    exists already): ours writes into the incoming gradient, torch allocates, and both peak in the forward."""
+    ours, _, args = OPS[name]
+    reference = {"relu": torch.relu, "selu": torch.selu}.get(name, F.elu)
+    x = torch.randn(2**22, device="cuda").requires_grad_()
+    peaks = []
+    for fn in (ours, reference):
+        x.grad = None
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        (fn(x, *args) * 2).sum().backward()
+        torch.cuda.synchronize()
+        peaks.append(torch.cuda.max_memory_allocated() - base)
+    tensor = x.numel() * x.element_size()
+    assert peaks[0] <= peaks[1], f"ours peaks at {peaks[0] / tensor:.3f} tensors, torch at {peaks[1] / tensor:.3f}"
+    if name == "relu":
+        assert peaks[0] < peaks[1] - tensor // 2
+
+
+@pytest.mark.parametrize("device", DEVICES)
 def test_torch_compile_fullgraph_matches_eager(device):
     torch.manual_seed(fresh_seed())
     model = torch.nn.Sequential(

@@ -357,23 +357,23 @@ void elu_(Tensor& x, double alpha) { elu_inplace(x, alpha, 1.0, "elu_"); }
 
 void selu_(Tensor& x) { elu_inplace(x, kSeluAlpha, kSeluScale, "selu_"); }
 
-// Backward
+// Backward. Each writes into grad_input, which is a new tensor or grad_output itself (the *_backward_ operators,
+// for a gradient that autograd hands over: see can_take_result).
 
-Tensor relu_backward(const Tensor& grad_output, const Tensor& mask) {
-  check_input(grad_output, "relu_backward", "grad_output");
-  TORCH_CHECK(grad_output.is_non_overlapping_and_dense(),
-              "activations.relu_backward: grad_output must be dense in the forward output's layout");
+void relu_backward_into(const Tensor& grad_output, const Tensor& mask, const Tensor& grad_input, const char* op) {
+  check_input(grad_output, op, "grad_output");
+  TORCH_CHECK(grad_output.is_non_overlapping_and_dense(), "activations.", op,
+              ": grad_output must be dense in the forward output's layout");
   TORCH_CHECK(mask.scalar_type() == at::kByte && mask.dim() == 1 && mask.is_contiguous() &&
                   mask.numel() == mask_bytes(grad_output.numel()),
-              "activations.relu_backward: mask must be the uint8 tensor of ", mask_bytes(grad_output.numel()),
+              "activations.", op, ": mask must be the uint8 tensor of ", mask_bytes(grad_output.numel()),
               " bytes that relu_with_mask returned, got ", mask.scalar_type(), " of shape ", mask.sizes());
-  TORCH_CHECK(mask.device() == grad_output.device(), "activations.relu_backward: grad_output is on ",
+  TORCH_CHECK(mask.device() == grad_output.device(), "activations.", op, ": grad_output is on ",
               grad_output.device(), " but the saved mask is on ", mask.device());
-  Tensor grad_input = at::empty_like(grad_output);
   const int64_t n = grad_output.numel();
-  if (n == 0) return grad_input;
+  if (n == 0) return;
   if (grad_output.is_cuda()) {
-    on_cuda(grad_output, "relu_backward", [&](auto stream) {
+    on_cuda(grad_output, op, [&](auto stream) {
       return cuda_relu_backward(cuda_dtype(grad_output), grad_output.const_data_ptr(), mask.const_data_ptr<uint8_t>(),
                                 grad_input.mutable_data_ptr(), n, stream);
     });
@@ -384,40 +384,67 @@ Tensor relu_backward(const Tensor& grad_output, const Tensor& mask) {
                              grad_input.mutable_data_ptr<scalar_t>());
     });
   }
+}
+
+Tensor relu_backward(const Tensor& grad_output, const Tensor& mask) {
+  Tensor grad_input = at::empty_like(grad_output);
+  relu_backward_into(grad_output, mask, grad_input, "relu_backward");
   return grad_input;
 }
 
-Tensor elu_backward(const Tensor& grad_output, const Tensor& saved, double alpha, double scale, bool saved_is_output) {
-  check_input(grad_output, "elu_backward", "grad_output");
-  check_same(grad_output, saved, "elu_backward", "grad_output", "the saved tensor");
-  TORCH_CHECK(!(saved_is_output && alpha < 0), "activations.elu_backward: the in-place elu_ cannot be",
+void relu_backward_(Tensor& grad_output, const Tensor& mask) {
+  relu_backward_into(grad_output, mask, grad_output, "relu_backward_");
+}
+
+void check_elu_backward(const Tensor& grad_output, const Tensor& saved, double alpha, bool saved_is_output,
+                        const char* op) {
+  check_input(grad_output, op, "grad_output");
+  check_same(grad_output, saved, op, "grad_output", "the saved tensor");
+  TORCH_CHECK(!(saved_is_output && alpha < 0), "activations.", op, ": the in-place elu_ cannot be",
               " differentiated when alpha < 0 (alpha = ", std::to_string(alpha), "): its output does not tell the",
               " sign of its input. Use the out-of-place elu instead.");
-  const Tensor s = dense(saved);
-  const Tensor g = with_strides(grad_output, s.sym_strides());
-  Tensor grad_input = at::empty_like(s);
-  const int64_t n = s.numel();
-  if (n == 0) return grad_input;
-  if (s.is_cuda()) {
-    on_cuda(s, "elu_backward", [&](auto stream) {
-      return cuda_elu_backward(cuda_dtype(s), g.const_data_ptr(), s.const_data_ptr(), grad_input.mutable_data_ptr(), n,
-                               alpha, scale, saved_is_output, stream);
+}
+
+// grad and saved are dense with the same strides.
+void elu_backward_into(const Tensor& grad, const Tensor& saved, const Tensor& grad_input, double alpha, double scale,
+                       bool saved_is_output, const char* op) {
+  const int64_t n = saved.numel();
+  if (n == 0) return;
+  if (saved.is_cuda()) {
+    on_cuda(saved, op, [&](auto stream) {
+      return cuda_elu_backward(cuda_dtype(saved), grad.const_data_ptr(), saved.const_data_ptr(),
+                               grad_input.mutable_data_ptr(), n, alpha, scale, saved_is_output, stream);
     });
   } else {
-    with_scalar_type(s, [&](auto tag) {
+    with_scalar_type(saved, [&](auto tag) {
       using scalar_t = decltype(tag);
       const Elu<compute_t<scalar_t>> elu(alpha, scale);
       auto* out = grad_input.mutable_data_ptr<scalar_t>();
-      const auto* grad = g.const_data_ptr<scalar_t>();
-      const auto* from = s.const_data_ptr<scalar_t>();
+      const auto* g = grad.const_data_ptr<scalar_t>();
+      const auto* from = saved.const_data_ptr<scalar_t>();
       if (saved_is_output) {
-        cpu_elementwise(n, BackwardFromOutput<decltype(elu)>{elu}, out, grad, from);
+        cpu_elementwise(n, BackwardFromOutput<decltype(elu)>{elu}, out, g, from);
       } else {
-        cpu_elementwise(n, BackwardFromInput<decltype(elu)>{elu}, out, grad, from);
+        cpu_elementwise(n, BackwardFromInput<decltype(elu)>{elu}, out, g, from);
       }
     });
   }
+}
+
+Tensor elu_backward(const Tensor& grad_output, const Tensor& saved, double alpha, double scale, bool saved_is_output) {
+  check_elu_backward(grad_output, saved, alpha, saved_is_output, "elu_backward");
+  const Tensor s = dense(saved);
+  const Tensor g = with_strides(grad_output, s.sym_strides());
+  Tensor grad_input = at::empty_like(s);
+  elu_backward_into(g, s, grad_input, alpha, scale, saved_is_output, "elu_backward");
   return grad_input;
+}
+
+void elu_backward_(Tensor& grad_output, const Tensor& saved, double alpha, double scale, bool saved_is_output) {
+  check_elu_backward(grad_output, saved, alpha, saved_is_output, "elu_backward_");
+  TORCH_CHECK(saved.is_non_overlapping_and_dense() && grad_output.sym_strides() == saved.sym_strides(),
+              "activations.elu_backward_: grad_output and the saved tensor must be dense with the same strides");
+  elu_backward_into(grad_output, saved, grad_output, alpha, scale, saved_is_output, "elu_backward_");
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -464,6 +491,14 @@ Tensor elu_backward_meta(const Tensor& grad_output, const Tensor& saved, double,
   return at::empty_like(dense(saved));
 }
 
+void relu_backward_inplace_meta(Tensor& grad_output, const Tensor&) {
+  check_input(grad_output, "relu_backward_", "grad_output");
+}
+
+void elu_backward_inplace_meta(Tensor& grad_output, const Tensor& saved, double alpha, double, bool saved_is_output) {
+  check_elu_backward(grad_output, saved, alpha, saved_is_output, "elu_backward_");
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // Autograd, wired by hand the way torch's generated VariableType kernels are: one Node per backward, fed the
 // tensors it needs. (torch::autograd::Function<T> does this wiring generically, but instantiating it costs about
@@ -507,6 +542,16 @@ std::vector<c10::SymInt> walked_strides(const Tensor& x) {
   return strides;
 }
 
+// Whether a backward may write its result into the incoming gradient instead of a new tensor, which saves
+// allocating one (so a training step peaks lower than torch's, whose backward allocates it). Only when nothing
+// else can see it: this reference is its only one (autograd handed it over: a gradient the caller passed in, kept
+// by a hook, or sent to another node too has more) and no other tensor shares its memory (a view), it is not part
+// of a graph itself (create_graph), and it is laid out densely (no expanded dimensions).
+bool can_take_result(const Tensor& grad) {
+  return grad.use_count() == 1 && grad.has_storage() && grad.storage().use_count() == 1 && !grad.requires_grad() &&
+         !grad.is_inference() && grad.is_non_overlapping_and_dense();
+}
+
 // ReLU saves 1 bit per element (the mask, in the memory order the forward walked) instead of a full tensor.
 struct ReluBackward : autograd::Node {
   autograd::SavedVariable mask;
@@ -516,8 +561,13 @@ struct ReluBackward : autograd::Node {
   void release_variables() override { mask.reset_data(); }
   autograd::variable_list apply(autograd::variable_list&& grads) override {
     static const auto op = op_handle<Tensor(const Tensor&, const Tensor&)>("activations::relu_backward");
-    if (!grads[0].defined()) return {Tensor()};
-    return {op.call(with_strides(grads[0], walked), mask.unpack())};
+    static const auto inplace_op = op_handle<void(Tensor&, const Tensor&)>("activations::relu_backward_");
+    Tensor grad = std::move(grads[0]);  // the only reference left here, unless someone else holds one
+    if (!grad.defined()) return {Tensor()};
+    grad = with_strides(grad, walked);
+    if (!can_take_result(grad)) return {op.call(grad, mask.unpack())};
+    inplace_op.call(grad, mask.unpack());
+    return {grad};
   }
 };
 
@@ -538,9 +588,16 @@ struct EluBackward : autograd::Node {
   autograd::variable_list apply(autograd::variable_list&& grads) override {
     static const auto op =
         op_handle<Tensor(const Tensor&, const Tensor&, double, double, bool)>("activations::elu_backward");
-    if (!grads[0].defined()) return {Tensor()};
+    static const auto inplace_op =
+        op_handle<void(Tensor&, const Tensor&, double, double, bool)>("activations::elu_backward_");
+    Tensor grad = std::move(grads[0]);  // the only reference left here, unless someone else holds one
+    if (!grad.defined()) return {Tensor()};
     const Tensor from = saved_is_output ? saved.unpack(getptr()) : saved.unpack();
-    return {op.call(grads[0], from, alpha, scale, saved_is_output)};
+    if (!can_take_result(grad) || !from.is_non_overlapping_and_dense() || grad.sym_strides() != from.sym_strides()) {
+      return {op.call(grad, from, alpha, scale, saved_is_output)};
+    }
+    inplace_op.call(grad, from, alpha, scale, saved_is_output);
+    return {grad};
   }
 };
 
@@ -655,11 +712,14 @@ TORCH_LIBRARY(activations, m) {
   m.def("relu_(Tensor(a!) x) -> ()");
   m.def("elu_(Tensor(a!) x, float alpha=1.0) -> ()");
   m.def("selu_(Tensor(a!) x) -> ()");
-  // Internal: the forwards that also return the backward's 1-bit mask, and the backward kernels.
+  // Internal: the forwards that also return the backward's 1-bit mask, and the backward kernels (the *_backward_
+  // variants write into grad_output).
   m.def("relu_with_mask(Tensor x) -> (Tensor, Tensor)");
   m.def("relu_with_mask_(Tensor(a!) x) -> Tensor");
   m.def("relu_backward(Tensor grad_output, Tensor mask) -> Tensor");
   m.def("elu_backward(Tensor grad_output, Tensor saved, float alpha, float scale, bool saved_is_output) -> Tensor");
+  m.def("relu_backward_(Tensor(a!) grad_output, Tensor mask) -> ()");
+  m.def("elu_backward_(Tensor(a!) grad_output, Tensor saved, float alpha, float scale, bool saved_is_output) -> ()");
 }
 
 #ifdef ACTIVATIONS_WITH_CUDA
@@ -680,6 +740,8 @@ TORCH_LIBRARY(activations, m) {
     m.impl("relu_with_mask_", &relu_with_mask_);  \
     m.impl("relu_backward", &relu_backward);      \
     m.impl("elu_backward", &elu_backward);        \
+    m.impl("relu_backward_", &relu_backward_);    \
+    m.impl("elu_backward_", &elu_backward_);      \
   }
 ACTIVATIONS_DEVICE_KEYS(ACTIVATIONS_REGISTER_DEVICE)
 
@@ -694,6 +756,8 @@ TORCH_LIBRARY_IMPL(activations, Meta, m) {
   m.impl("relu_with_mask_", &relu_with_mask_inplace_meta);
   m.impl("relu_backward", &relu_backward_meta);
   m.impl("elu_backward", &elu_backward_meta);
+  m.impl("relu_backward_", &relu_backward_inplace_meta);
+  m.impl("elu_backward_", &elu_backward_inplace_meta);
 }
 
 TORCH_LIBRARY_IMPL(activations, Autograd, m) {
