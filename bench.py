@@ -14,8 +14,8 @@ of torch's function:
     step       forward with grad, then autograd.grad: one training step of the layer.
 It then prints the peak memory of a step (as timed, and inside a network, where the gradient reaching the layer is
 a temporary) and what the autograd graph keeps, and the wall-clock cost of one call at 1024 elements (the
---overhead section). Without a GPU it runs a small CPU benchmark instead (2^22 elements,
-float32 and bfloat16, torch.compile only with --compile).
+--overhead section). Without a GPU it runs a small CPU benchmark instead (2^22 elements, float32 and bfloat16,
+torch.compile only with --compile).
 
 Times are medians of --reps samples after a warm-up; on the GPU each sample is a pair of CUDA events, and calls
 shorter than about a millisecond are batched into one sample. GB/s counts the bytes a pass must move (see
@@ -23,14 +23,13 @@ bytes_moved), and "% copy" relates that rate to a device-to-device copy of the s
 the same run: the ceiling of a memory-bound op. Before a cell is timed, ours is checked against torch's result
 (torch.testing.assert_close); a mismatch stops the run with exit status 1.
 
---sweep times the forward (or --directions) over sizes (--sizes; default 2^10 ... 2^31 on the GPU, 2^10 ...
-2^24 on the CPU) in float32 and bfloat16, ours against torch and the copy rate. On the GPU a forward of up to
-256 MiB is timed by replaying its calls from a CUDA graph, so the kernels run back to back as in a busy network
-(at small sizes plain calls from Python time the host's launch path instead, for ours and torch's alike), in
-three rounds that alternate ours and torch's; the plain-call ratio is printed beside it, and --overhead times the
-host side. --json writes every number as a
-list of dicts (key "kind": run, copy, cell, overhead); --plot draws the sweep's GB/s (implies --sweep; needs
-matplotlib).
+--sweep times the forward (or --directions) over sizes (--sizes; default 2^10 ... 2^31 on the GPU, 2^10 ... 2^24 on
+the CPU) in float32 and bfloat16, ours against torch and the copy rate. On the GPU a forward of up to 256 MiB is
+timed by replaying its calls from a CUDA graph, so the kernels run back to back as in a busy network (at small
+sizes plain calls from Python time the host's launch path instead, for ours and torch's alike), in three rounds
+that alternate ours and torch's; the plain-call ratio is printed beside it, and --overhead times the host side.
+--json writes every number as a list of dicts (key "kind": run, copy, cell, overhead); --plot draws the sweep's
+GB/s (implies --sweep; needs matplotlib).
 """
 
 import argparse
