@@ -11,17 +11,9 @@
 #include <vector>
 
 #include "../kernels/activations_cuda.cu"
+#include "cuda_check.h"
 
 using namespace activations;
-
-#define CHECK(call)                                                                   \
-  do {                                                                                \
-    cudaError_t e = (call);                                                           \
-    if (e != cudaSuccess) {                                                           \
-      std::printf("%s failed: %s\n", #call, cudaGetErrorString(e));                   \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
 
 // Variants of the per-element math. The shipped one is Elu<float> (activations.cuh), whose negative side is
 // expm1_nonpositive; before it took CUDA's expm1f (CudaExpm1f below).

@@ -7,17 +7,9 @@
 #include <vector>
 
 #include "../kernels/activations_cuda.cu"
+#include "cuda_check.h"
 
 using namespace activations;
-
-#define CHECK(call)                                                                   \
-  do {                                                                                \
-    cudaError_t e = (call);                                                           \
-    if (e != cudaSuccess) {                                                           \
-      std::printf("%s failed: %s\n", #call, cudaGetErrorString(e));                   \
-      std::exit(1);                                                                   \
-    }                                                                                 \
-  } while (0)
 
 // Variant: 8 floats (one whole mask byte) per thread, as two 16-byte accesses; optionally streaming hints.
 template <bool kStreaming, int kThreads>
