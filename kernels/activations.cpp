@@ -440,9 +440,14 @@ Tensor elu_backward(const Tensor& grad_output, const Tensor& saved, double alpha
   return grad_input;
 }
 
+// What elu_backward_into needs of its operands, which the out-of-place elu_backward arranges by copying.
+bool same_dense_layout(const Tensor& grad, const Tensor& saved) {
+  return saved.is_non_overlapping_and_dense() && grad.sym_strides() == saved.sym_strides();
+}
+
 void elu_backward_(Tensor& grad_output, const Tensor& saved, double alpha, double scale, bool saved_is_output) {
   check_elu_backward(grad_output, saved, alpha, saved_is_output, "elu_backward_");
-  TORCH_CHECK(saved.is_non_overlapping_and_dense() && grad_output.sym_strides() == saved.sym_strides(),
+  TORCH_CHECK(same_dense_layout(grad_output, saved),
               "activations.elu_backward_: grad_output and the saved tensor must be dense with the same strides");
   elu_backward_into(grad_output, saved, grad_output, alpha, scale, saved_is_output, "elu_backward_");
 }
@@ -593,7 +598,7 @@ struct EluBackward : autograd::Node {
     Tensor grad = std::move(grads[0]);  // the only reference left here, unless someone else holds one
     if (!grad.defined()) return {Tensor()};
     const Tensor from = saved_is_output ? saved.unpack(getptr()) : saved.unpack();
-    if (!can_take_result(grad) || !from.is_non_overlapping_and_dense() || grad.sym_strides() != from.sym_strides()) {
+    if (!can_take_result(grad) || !same_dense_layout(grad, from)) {
       return {op.call(grad, from, alpha, scale, saved_is_output)};
     }
     inplace_op.call(grad, from, alpha, scale, saved_is_output);
