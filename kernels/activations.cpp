@@ -119,8 +119,9 @@ struct Identity {
 };
 
 // float16 and bfloat16 go through the float loop a block at a time: widened into float buffers, mapped, rounded
-// back. So each op's math (inlined and vectorized, the costly part of compiling this file) is compiled once for
-// the three dtypes computed in float instead of once per dtype.
+// back. So each op's math (inlined and vectorized) is compiled once for the three dtypes computed in float
+// instead of once per dtype. (In this file as it stands the loops are a small part of the compile time: with
+// every loop body removed, g++ took as long.)
 constexpr int64_t kWidenBlock = 2048;
 
 template <class Op, class scalar_t, class... In, size_t... I>
