@@ -142,10 +142,9 @@ def time_ms(fn, device, reps, graph=False):
     for _ in range(WARMUP):
         fn()
     (once,) = sample_ms(fn, device, 1, 1)
+    calls = max(1, min(MAX_GRAPH_CALLS if graph else MAX_BATCH, math.ceil(MIN_SAMPLE_MS / max(once, 1e-6))))
     if not graph:
-        calls = max(1, min(MAX_BATCH, math.ceil(MIN_SAMPLE_MS / max(once, 1e-6))))
         return statistics.median(sample_ms(fn, device, calls, reps))
-    calls = max(1, min(MAX_GRAPH_CALLS, math.ceil(MIN_SAMPLE_MS / max(once, 1e-6))))
     captured = torch.cuda.CUDAGraph()
     with torch.cuda.graph(captured):
         for _ in range(calls):
