@@ -68,6 +68,12 @@ OPS = {
     "selu": (activations.selu, reference_selu, ()),
 }
 INPLACE = {"relu": activations.relu_, "elu": activations.elu_, "selu": activations.selu_}
+TORCH = {"relu": torch.relu, "elu": F.elu, "selu": torch.selu}
+
+
+def torch_function(name):
+    """torch's function for an OPS name ("elu_alpha_0.3" -> F.elu)."""
+    return TORCH[name.split("_")[0]]
 
 # Error bounds in units in the last place of the output dtype, against the exact (float64) result.
 # float32 forward: our expm1 (<= 0.88 ulp, activations.cuh) times the coefficient alpha * scale (held as two
@@ -205,7 +211,7 @@ def test_cuda_matches_torch_bit_for_bit_where_torch_is_exact(name, dtype):
     within the sum of both error bounds of torch's (ours form alpha * scale exactly; torch rounds it to the
     compute type)."""
     ours, _, args = OPS[name]
-    reference = {"relu": torch.relu, "selu": torch.selu}.get(name, F.elu)
+    reference = torch_function(name)
     x = sample(10001, dtype, "cuda", fresh_seed()).requires_grad_()
     grad = torch.randn(x.shape, device="cuda").to(dtype)
     y, y_torch = ours(x, *args), reference(x, *args)
@@ -286,7 +292,7 @@ def layouts(device):
 @pytest.mark.parametrize("name", ["relu", "elu", "selu"])
 def test_shapes_and_layouts(name, layout, device):
     ours, _, args = OPS[name]
-    torch_fn = {"relu": torch.relu, "elu": F.elu, "selu": torch.selu}[name]
+    torch_fn = torch_function(name)
     x = layouts(device)[layout]
     seed = fresh_seed()
     exact_y, exact_grad = exact_forward_and_gradient(name, x, torch.ones_like(x))
@@ -757,7 +763,7 @@ def test_training_step_peaks_no_higher_than_torch(name):
     mask and writes the input gradient into the incoming one: lower. ELU/SELU keep the input either way (it
     exists already): ours writes into the incoming gradient, torch allocates, and both peak in the forward."""
     ours, _, args = OPS[name]
-    reference = {"relu": torch.relu, "selu": torch.selu}.get(name, F.elu)
+    reference = torch_function(name)
     x = torch.randn(2**22, device="cuda").requires_grad_()
     peaks = []
     for fn in (ours, reference):
