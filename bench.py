@@ -4,6 +4,7 @@
     python bench.py --no-compile               # the same without the torch.compile column
     python bench.py --sweep --plot gbps.png    # GB/s against size, 2^10 ... 2^31 elements
     python bench.py --overhead                 # only the cost of one small call
+    python bench.py --build 5                  # only the first (compiling) and a later import, 5 times each
     python bench.py --ops relu --dtypes bf16 --directions backward,step --sizes 2^20,2^24 --reps 50 --json out.json
 
 The main run takes KernelBench's shape, 4096 x 393216 (1.6e9 elements), in float32, bfloat16 and float16
@@ -28,8 +29,11 @@ the CPU) in float32 and bfloat16, ours against torch and the copy rate. On the G
 timed by replaying its calls from a CUDA graph, so the kernels run back to back as in a busy network (at small
 sizes plain calls from Python time the host's launch path instead, for ours and torch's alike), in three rounds
 that alternate ours and torch's; the plain-call ratio is printed beside it, and --overhead times the host side.
---json writes every number as a list of dicts (key "kind": run, copy, cell, overhead); --plot draws the sweep's
-GB/s (implies --sweep; needs matplotlib).
+--json writes every number as a list of dicts (key "kind": run, copy, cell, overhead, build); --plot draws the
+sweep's GB/s (implies --sweep; needs matplotlib).
+
+--build times `import activations` on top of `import torch` in new processes: with an empty cache (it compiles
+what this machine builds; ACTIVATIONS_CPU_ONLY=1 for the CPU kernels alone) and then with that cache filled.
 """
 
 import argparse
@@ -408,6 +412,63 @@ def run_overhead(ops, device):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Build time (--build)
+
+# Run in a new process: how long `import activations` takes on top of `import torch`, and what it did.
+IMPORT_PROBE = """
+import json, sys, time
+import torch
+start = time.perf_counter()
+sys.path.insert(0, sys.argv[1])
+import activations
+seconds = time.perf_counter() - start
+print(json.dumps({"seconds": seconds, "compiled": activations.BUILD["compiled"], "cuda": activations.BUILD["cuda"]}))
+"""
+
+
+def time_import(cache_dir):
+    """{'seconds', 'compiled', 'cuda'} of one `import activations` in a new process whose cache is cache_dir."""
+    import subprocess
+
+    env = {**os.environ, "ACTIVATIONS_CACHE_DIR": cache_dir}
+    here = os.path.dirname(os.path.abspath(__file__))
+    done = subprocess.run([sys.executable, "-c", IMPORT_PROBE, here], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        sys.exit(f"bench.py: importing activations failed:\n{done.stderr}")
+    return json.loads(done.stdout.splitlines()[-1])
+
+
+def run_build_times(runs):
+    """A cold import (an empty cache: it compiles) then a cached import, `runs` times, each in a new process and
+    counted from after `import torch`: what the first and every later import of a script costs. It builds what
+    this machine builds (ACTIVATIONS_CPU_ONLY=1: the CPU kernels only)."""
+    import tempfile
+
+    records = []
+    for run in range(runs):
+        with tempfile.TemporaryDirectory(prefix="activations-bench-") as cache:
+            cold, cached = time_import(cache), time_import(cache)
+        if not cold["compiled"] or cached["compiled"]:
+            sys.exit(f"bench.py: expected one build then a cached load, got {cold} then {cached}")
+        what = "CPU + CUDA" if cold["cuda"] else "CPU"
+        records.append({"kind": "build", "what": what, "cold_s": cold["seconds"], "cached_s": cached["seconds"]})
+        print(f"[{run + 1}/{runs}] {what} build: cold import {cold['seconds']:.1f} s, "
+              f"cached import {cached['seconds']:.3f} s", flush=True)
+    return records
+
+
+def print_build_times(records):
+    rows = []
+    for what in dict.fromkeys(r["what"] for r in records):
+        cold = [r["cold_s"] for r in records if r["what"] == what]
+        cached = [r["cached_s"] for r in records if r["what"] == what]
+        rows.append([what, f"{min(cold):.1f}", f"{statistics.median(cold):.1f}", f"{max(cold):.1f}",
+                     f"{statistics.median(cached):.3f}"])
+    title = f"Import time on top of `import torch`, {len(records)} runs, {os.cpu_count()} CPUs (seconds)"
+    print_table(title, ["build", "cold min", "cold median", "cold max", "cached median"], rows)
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Output
 
 
@@ -580,6 +641,14 @@ def arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="See the module docstring for more.")
     parser.add_argument("--sweep", action="store_true", help="GB/s over a range of sizes (forward, float32 + bf16)")
     parser.add_argument("--overhead", action="store_true", help="time per call at 1024 elements")
+    parser.add_argument(
+        "--build",
+        type=int,
+        nargs="?",
+        const=3,
+        metavar="RUNS",
+        help="only time a cold build and a cached import in new processes, RUNS times (default 3)",
+    )
     parser.add_argument("--ops", type=lambda t: parse_list(t, list(OPS)), help="e.g. relu,elu (default: all)")
     parser.add_argument("--dtypes", type=lambda t: parse_list(t, list(DTYPES), DTYPE_ALIASES), help="e.g. bf16,fp16")
     parser.add_argument("--directions", type=lambda t: parse_list(t, DIRECTIONS), help="forward,backward,step")
@@ -595,6 +664,8 @@ def arguments(argv):
     args = parser.parse_args(argv)
     if args.reps < 1:
         parser.error("--reps must be at least 1")
+    if args.build is not None and args.build < 1:
+        parser.error("--build RUNS must be at least 1")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         parser.error("--plot needs matplotlib, which is not installed")
     args.sweep = args.sweep or bool(args.plot)
@@ -619,6 +690,14 @@ def cell_plan(args, on_gpu):
 
 def main(argv=None):
     args = arguments(argv)
+    if args.build is not None:
+        records = run_build_times(args.build)
+        if args.json:
+            with open(args.json, "w") as f:
+                json.dump(records, f, indent=1)
+            print(f"wrote {args.json}")
+        print_build_times(records)
+        return 0
     torch.manual_seed(0)
     on_gpu = torch.cuda.is_available()
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")

@@ -50,6 +50,8 @@ ACTIVATION_FN double expm1_nonpositive(double x) { return expm1(x); }
 // exp in float for the CPU kernels (the ELU backward from the input). libm's expf is a call that g++ cannot
 // vectorize; this is inline and branch-free (selects only), so the loops around it vectorize. Measured against
 // long double over every 97th float: <= 0.97 ulp, with correctly signed zeros, subnormals, +-inf and NaN.
+// The fused multiply-adds are written out (fmaf), as in expm1_nonpositive, rather than left to the compiler
+// to contract a * b + c: it does so at -O2 but not at -O1, which activations.py compiles with.
 namespace host_float {
 
 // exp(x) = 2^k (1 + p) for x = k ln2 + r, |r| <= ln2 / 2, with 2^k returned as two factors: each is a normal
@@ -58,15 +60,15 @@ namespace host_float {
 inline float reduce(float x, float& two_to_k_a, float& two_to_k_b) {
   const float clamped = !(x >= -104.0f) ? -104.0f : (x > 89.0f ? 89.0f : x);  // NaN goes to -104: see exp
   const float rounder = 12582912.0f;                                          // 1.5 * 2^23: adding it rounds
-  const float k = (clamped * 1.44269504088896341f + rounder) - rounder;      // round(x / ln2)
-  const float r = (clamped - k * 0.693359375f) + k * 2.12194440e-4f;
+  const float k = fmaf(clamped, 1.44269504088896341f, rounder) - rounder;     // round(x / ln2)
+  const float r = fmaf(k, 2.12194440e-4f, fmaf(-k, 0.693359375f, clamped));
   const int k_int = static_cast<int>(k);
   two_to_k_a = float_from_bits(static_cast<uint32_t>((k_int >> 1) + 127) << 23);
   two_to_k_b = float_from_bits(static_cast<uint32_t>(k_int - (k_int >> 1) + 127) << 23);
   // Taylor series to r^8: the first term left out is below 2^-27 of the result.
-  const float tail = 0.5f + r * (1.0f / 6 + r * (1.0f / 24 + r * (1.0f / 120 + r * (1.0f / 720 +
-                                r * (1.0f / 5040 + r * (1.0f / 40320))))));
-  return r + r * (r * tail);
+  const float tail = fmaf(fmaf(fmaf(fmaf(fmaf(fmaf(1.0f / 40320, r, 1.0f / 5040), r, 1.0f / 720), r, 1.0f / 120), r,
+                                    1.0f / 24), r, 1.0f / 6), r, 0.5f);
+  return fmaf(r, r * tail, r);
 }
 
 inline float exp(float x) {
