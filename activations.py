@@ -184,7 +184,7 @@ def build_plan(cuda_arch=None, cpu_only=None):
 # -O1 with -O3's loop vectorizer: the CPU loops are still vectorized (AVX2, the math inlined, no calls left in
 # them) and give the same bits as at -O2 (kernels/activations.cuh writes its fused multiply-adds out), while
 # torch's inline code that makes up most of this file gets cheaper code generation: the cold build took 0.8-4.7 s
-# less on the 2-core machine (5 alternating runs: 13.5-13.9 s against 14.3-18.4 s at -O2, which in turn had saved
+# less on the 2-core machine (8 alternating runs: 13.4-15.1 s against 14.3-18.4 s at -O2, which in turn had saved
 # 4 s on -O3). The price: in the calmest of the CPU runs that alternated the two builds, the loops took 0-8 % longer
 # (bfloat16 ELU the most, float32 ReLU not at all); the host time of a call on the H100 machine did not change
 # beyond its noise (results/h100-2026-11-23-f/overhead_ab.log).
