@@ -21,6 +21,10 @@ ACTIVATION_FN float float_from_bits(uint32_t bits) {
   return f;
 }
 
+// x - k ln2 in float, with ln2 in two parts (Cody and Waite): k * 0.693359375 is exact for every k the float exp
+// and expm1 below use (|k| <= 150), so the result keeps x's low bits.
+ACTIVATION_FN float minus_k_ln2(float x, float k) { return fmaf(k, 2.12194440e-4f, fmaf(k, -0.693359375f, x)); }
+
 // expm1(x) for x <= 0, in float, on both devices: ELU's negative side. It needs no overflow handling (the result
 // lies in [-1, 0]) and makes 2^k from exponent bits, so it takes about 20 instructions where CUDA's general
 // expm1f takes about 30: at sizes that sit in the H100's L2 (2^20-2^22 elements) the float32 ELU forward went
@@ -33,8 +37,7 @@ ACTIVATION_FN float expm1_nonpositive(float x) {
   // Below -17.5, e^x < 2^-25 and the result rounds to -1: the clamp keeps k in [-25, 0].
   const float clamped = x < -17.5f ? -17.5f : (x < 0.0f ? x : 0.0f);
   const float k = rintf(clamped * 1.44269504088896341f);  // x = k ln2 + r, |r| <= ln2 / 2
-  // ln2 in two parts (Cody and Waite): k * 0.693359375 is exact, so r keeps its low bits.
-  const float r = fmaf(k, 2.12194440e-4f, fmaf(k, -0.693359375f, clamped));
+  const float r = minus_k_ln2(clamped, k);
   // expm1(r) = r + r^2 q(r), the Taylor series to r^7: the first term left out is below 2^-26 of the result.
   const float q = fmaf(fmaf(fmaf(fmaf(fmaf(1.0f / 5040, r, 1.0f / 720), r, 1.0f / 120), r, 1.0f / 24), r, 1.0f / 6),
                        r, 0.5f);
@@ -61,7 +64,7 @@ inline float reduce(float x, float& two_to_k_a, float& two_to_k_b) {
   const float clamped = !(x >= -104.0f) ? -104.0f : (x > 89.0f ? 89.0f : x);  // NaN goes to -104: see exp
   const float rounder = 12582912.0f;                                          // 1.5 * 2^23: adding it rounds
   const float k = fmaf(clamped, 1.44269504088896341f, rounder) - rounder;     // round(x / ln2)
-  const float r = fmaf(k, 2.12194440e-4f, fmaf(-k, 0.693359375f, clamped));
+  const float r = minus_k_ln2(clamped, k);
   const int k_int = static_cast<int>(k);
   two_to_k_a = float_from_bits(static_cast<uint32_t>((k_int >> 1) + 127) << 23);
   two_to_k_b = float_from_bits(static_cast<uint32_t>(k_int - (k_int >> 1) + 127) << 23);

@@ -9,6 +9,7 @@ the ReLU forward and backward, on one line.
 
 import importlib.util
 import sys
+import time
 
 import torch
 
@@ -20,8 +21,6 @@ ops = torch.ops.activations
 
 
 def lower_quartile_ms(fn, reps=15):
-    import time
-
     fn()
     times = []
     for _ in range(reps):
