@@ -5,9 +5,10 @@
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), activations.SELU())
 
 At import this module reads the C++/CUDA sources in kernels/ (or the copy embedded in a generated single-file
-build), compiles them once with torch.utils.cpp_extension.load_inline, caches the library keyed by everything
-that affects it, and loads it: that registers the operators torch.ops.activations.{relu,elu,selu} with their
-CPU, CUDA, Meta and Autograd kernels. Later imports load the cached library without compiling.
+build), compiles them once with torch.utils.cpp_extension.load_inline (two libraries side by side: the
+operators and their autograd layer), caches each keyed by everything that affects it, and loads them: that
+registers the operators torch.ops.activations.{relu,elu,selu} with their CPU, CUDA, Meta and Autograd kernels.
+Later imports load the cached libraries without compiling.
 
 Command line:
     python activations.py build [--cuda-arch 9.0] [--cpu-only]   prebuild the cache for this machine
@@ -18,6 +19,7 @@ ACTIVATIONS_CUDA_ARCH (e.g. "9.0" or "8.0;9.0": compile CUDA for these GPUs, eve
 ACTIVATIONS_CPU_ONLY=1 (skip CUDA), CUDA_HOME (the CUDA toolkit), ACTIVATIONS_VERBOSE=1 (show compiler commands).
 """
 
+import concurrent.futures
 import contextlib
 import ctypes
 import glob
@@ -67,7 +69,8 @@ _LOCAL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"[^\n]*$', re.M
 
 def expand_includes(text, sources, _seen=None):
     """Inline `#include "name"` of our own headers, each once per translation unit, so that load_inline (which
-    writes one main.cpp and one cuda.cu) compiles the same text whether the sources come from files or not."""
+    writes one main.cpp and one cuda.cu per library) compiles the same text whether the sources come from files
+    or not. `#pragma once` goes: the inlining does its job, and g++ warns about it in a main file."""
     seen = set() if _seen is None else _seen
 
     def inline(match):
@@ -79,14 +82,17 @@ def expand_includes(text, sources, _seen=None):
         seen.add(name)
         return f"// ---- begin {name}\n{expand_includes(sources[name], sources, seen)}\n// ---- end {name}"
 
-    return _LOCAL_INCLUDE.sub(inline, text)
+    return _PRAGMA_ONCE.sub("", _LOCAL_INCLUDE.sub(inline, text))
 
 
-def translation_units(sources):
-    """(C++ text, CUDA text) to hand to load_inline: every .cpp and every .cu with our headers inlined."""
-    cpp = "\n".join(expand_includes(text, sources) for name, text in sorted(sources.items()) if name.endswith(".cpp"))
-    cuda = "\n".join(expand_includes(text, sources) for name, text in sorted(sources.items()) if name.endswith(".cu"))
-    return cpp, cuda
+_PRAGMA_ONCE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once[^\n]*$", re.MULTILINE)
+
+# The libraries built from kernels/, in the order they are loaded: {part: (C++ source, CUDA source or None)}. Each
+# is one load_inline call, and the calls run side by side: a C++ unit spends most of its compile time parsing
+# torch's headers, and the autograd layer needs 2 s more of them (torch/csrc/autograd) than the operators do, so
+# it is a unit of its own. On the 2-core machine the two units compile in parallel, a cold build 1-2 s shorter than
+# one unit holding both (results/cpu-2026-11-23-g/). The autograd layer does not depend on the CUDA build.
+LIBRARIES = {"ops": ("activations.cpp", "activations_cuda.cu"), "autograd": ("autograd.cpp", None)}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -200,6 +206,8 @@ CXX_FLAGS = [
     "-fno-trapping-math",
     "--param=ggc-min-heapsize=1048576",
 ]
+# (gold, -fuse-ld=gold, linked in 0.2 s where ld takes 0.5-0.7 s here, but on the GPU machine it could not open
+# that g++'s libstdc++.so: the default linker it is.)
 LD_FLAGS = ["-fopenmp"]
 
 
@@ -229,14 +237,15 @@ def _cuda_arch_flags(archs):
     return flags
 
 
-def build_spec(plan, sources=None):
-    """Everything that decides the compiled library: its hash names the cache entry."""
+def build_spec(plan, part, sources=None):
+    """Everything that decides the compiled library `part` (of LIBRARIES): its hash names the cache entry."""
     sources = kernel_sources() if sources is None else sources
-    cpp, cuda = translation_units(sources)
-    with_cuda = bool(plan["cuda_archs"])
+    cpp_file, cuda_file = LIBRARIES[part]
+    with_cuda = bool(plan["cuda_archs"]) and cuda_file is not None
     spec = {
-        "cpp": cpp,
-        "cuda": cuda if with_cuda else "",
+        "part": part,
+        "cpp": expand_includes(sources[cpp_file], sources),
+        "cuda": expand_includes(sources[cuda_file], sources) if with_cuda else "",
         "cflags": CXX_FLAGS + cpu_flags() + (["-DACTIVATIONS_WITH_CUDA"] if with_cuda else []),
         "ldflags": LD_FLAGS,
         "cuda_flags": CUDA_FLAGS + _cuda_arch_flags(plan["cuda_archs"]) if with_cuda else [],
@@ -246,7 +255,7 @@ def build_spec(plan, sources=None):
         "platform": sys.platform,
     }
     digest = hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()
-    spec["name"] = f"{NAMESPACE}_{'cuda' if with_cuda else 'cpu'}_{digest[:16]}"
+    spec["name"] = f"{NAMESPACE}_{part}{'_cuda' if with_cuda else ''}_{digest[:16]}"
     return spec
 
 
@@ -344,14 +353,15 @@ def _cpp_extension(cuda_home):
             os.environ["CUDA_HOME"] = saved_env
 
 
-def _compile(spec, plan, root):
-    """Compile into a private folder, then publish the library into the cache by renames. Returns its path."""
+def _compile(spec, cpp_extension, root):
+    """Compile one library into a private folder, then publish it into the cache by renames. Returns its path.
+    load_inline has loaded it into this process already."""
     name = spec["name"]
     for stale in glob.glob(os.path.join(root, f"{name}.build-*")):  # left by a killed build
         shutil.rmtree(stale, ignore_errors=True)
     build_dir = tempfile.mkdtemp(prefix=f"{name}.build-", dir=root)
     try:
-        with _cpp_extension(plan["cuda_home"]) as cpp_extension:
+        try:
             cpp_extension.load_inline(
                 name=name,
                 cpp_sources=[spec["cpp"]],
@@ -367,6 +377,12 @@ def _compile(spec, plan, root):
                 no_implicit_headers=True,
                 verbose=os.environ.get("ACTIVATIONS_VERBOSE", "") not in ("", "0"),
             )
+        except Exception as error:  # load_inline raises RuntimeError/subprocess errors with compiler output
+            log = os.path.join(root, f"{name}.log")
+            with open(log, "w") as f:
+                f.write(str(error))
+            raise BuildError(f"activations: building {name} failed (log: {log}):\n{error}", spec) from error
+        _LOADED.add(name)
         built = os.path.join(build_dir, f"{name}.so")
         final_dir = os.path.join(root, name)
         os.makedirs(final_dir, exist_ok=True)
@@ -383,40 +399,74 @@ def _compile(spec, plan, root):
 
 
 class BuildError(RuntimeError):
-    """The kernel sources failed to compile; the message holds the compiler's output."""
+    """The kernel sources failed to compile; the message holds the compiler's output, `spec` what was built."""
+
+    def __init__(self, message, spec):
+        super().__init__(message)
+        self.spec = spec
 
 
-def _build_or_load(spec, plan):
-    """Load the cached library for spec, compiling it first if needed. Returns (path, compiled: bool)."""
-    root = _writable_cache_root()
-    name = spec["name"]
-    library = _cached_library(root, name)
-    if library is not None:
-        try:
-            torch.ops.load_library(library)
-            return library, False
-        except OSError:  # unloadable although its checksum matched: drop it and rebuild below
-            shutil.rmtree(os.path.dirname(library), ignore_errors=True)
-    with _build_lock(root, name):
-        library = _cached_library(root, name)
-        if library is None:
-            start = time.perf_counter()
-            try:
-                library = _compile(spec, plan, root)
-            except Exception as error:  # load_inline raises RuntimeError/subprocess errors with compiler output
-                log = os.path.join(root, f"{name}.log")
-                with open(log, "w") as f:
-                    f.write(str(error))
-                raise BuildError(f"activations: building {name} failed (log: {log}):\n{error}") from error
-            what = f"CPU + CUDA (sm {', '.join(plan['cuda_archs'])})" if spec["cuda"] else "CPU"
-            print(
-                f"activations: compiled {what} kernels in {time.perf_counter() - start:.1f} s -> {library}",
-                file=sys.stderr,
-            )
-            # load_inline loaded the library from its build folder already: registering it twice would fail.
-            return library, True
+# Cache entries whose library this process has loaded (a CUDA build that fails falls back to a CPU build that
+# shares the autograd library with it).
+_LOADED = set()
+
+
+def _load_cached(root, spec):
+    """Load spec's library from the cache; returns its path, or None when there is no complete, loadable one."""
+    library = _cached_library(root, spec["name"])
+    if library is None or spec["name"] in _LOADED:
+        return library
+    try:
         torch.ops.load_library(library)
-        return library, False
+    except OSError:  # unloadable although its checksum matched: drop it, to be rebuilt
+        shutil.rmtree(os.path.dirname(library), ignore_errors=True)
+        return None
+    _LOADED.add(spec["name"])
+    return library
+
+
+def _build_or_load(specs, plan):
+    """Load the libraries of specs from the cache, compiling (side by side) those that are not there yet.
+    Returns ({part: path}, [the parts compiled])."""
+    root = _writable_cache_root()
+    libraries = {spec["part"]: _load_cached(root, spec) for spec in specs}
+    missing = [spec for spec in specs if libraries[spec["part"]] is None]
+    if not missing:
+        return libraries, []
+    with contextlib.ExitStack() as locks:
+        # One build per cache entry across processes: take every lock needed, in name order (so that two processes
+        # never wait on each other), and build what is still missing once they are ours.
+        for spec in sorted(missing, key=lambda spec: spec["name"]):
+            locks.enter_context(_build_lock(root, spec["name"]))
+        to_build = []
+        for spec in missing:
+            libraries[spec["part"]] = _load_cached(root, spec)
+            if libraries[spec["part"]] is None:
+                to_build.append(spec)
+        if not to_build:
+            return libraries, []
+        start = time.perf_counter()
+        with _cpp_extension(plan["cuda_home"]) as cpp_extension:
+            with concurrent.futures.ThreadPoolExecutor(len(to_build)) as pool:  # waits for every build
+                futures = {spec["part"]: pool.submit(_compile, spec, cpp_extension, root) for spec in to_build}
+        errors = [future.exception() for future in futures.values() if future.exception() is not None]
+        if errors:
+            # A library without CUDA code that failed would fail a CPU build too: its error goes first, so that
+            # load() does not fall back to one.
+            raise min(errors, key=lambda error: bool(getattr(error, "spec", {}).get("cuda")))
+        for spec in to_build:
+            libraries[spec["part"]] = futures[spec["part"]].result()
+    built = {spec["part"] for spec in to_build}
+    what = []
+    if "ops" in built:
+        what.append(f"CPU + CUDA (sm {', '.join(plan['cuda_archs'])}) kernels" if plan["cuda_archs"] else "CPU kernels")
+    if "autograd" in built:
+        what.append("the autograd layer")
+    print(
+        f"activations: compiled {' and '.join(what)} in {time.perf_counter() - start:.1f} s -> {root}",
+        file=sys.stderr,
+    )
+    return libraries, sorted(built)
 
 
 def _register_cuda_unavailable(reason):
@@ -437,16 +487,18 @@ def load(cuda_arch=None, cpu_only=None):
     plan = build_plan(cuda_arch, cpu_only)
     sources = kernel_sources()
     if plan["cuda_archs"]:
-        spec = build_spec(plan, sources)
         try:
-            path, compiled = _build_or_load(spec, plan)
-            return {"library": path, "compiled": compiled, "cuda": True, **plan}
+            libraries, compiled = _build_or_load([build_spec(plan, part, sources) for part in LIBRARIES], plan)
+            return {"libraries": libraries, "compiled": compiled, "cuda": True, **plan}
         except BuildError as error:
+            # Only a library with CUDA code in it can succeed without: a C++ unit that failed would fail again in a
+            # CPU build, and the CUDA operators may be loaded already, which a CPU build could not register twice.
+            if not error.spec["cuda"]:
+                raise
             warnings.warn(f"{error}\nactivations: falling back to the CPU kernels only.")
             plan = {**plan, "cuda_archs": (), "no_cuda_reason": f"the CUDA build failed: {str(error).splitlines()[0]}"}
-    spec = build_spec(plan, sources)
-    path, compiled = _build_or_load(spec, plan)
-    return {"library": path, "compiled": compiled, "cuda": False, **plan}
+    libraries, compiled = _build_or_load([build_spec(plan, part, sources) for part in LIBRARIES], plan)
+    return {"libraries": libraries, "compiled": compiled, "cuda": False, **plan}
 
 
 def _loaded_namespace():
@@ -488,7 +540,7 @@ if _loaded_namespace() is None:
     BUILD = load()
     _cuda_unavailable = None if BUILD["cuda"] else _register_cuda_unavailable(BUILD["no_cuda_reason"])
 else:
-    BUILD = {"library": None, "compiled": False, "cuda": None, "note": "operators were already loaded"}
+    BUILD = {"libraries": {}, "compiled": [], "cuda": None, "note": "operators were already loaded"}
 
 # ---------------------------------------------------------------------------------------------------------------
 # Python API: functions and modules
@@ -681,7 +733,8 @@ def kernelbench_source(problem):
 
 def main(args):
     if args.command == "build":
-        print(f"activations: {'CPU + CUDA' if BUILD['cuda'] else 'CPU'} kernels ready: {BUILD['library']}")
+        print(f"activations: {'CPU + CUDA' if BUILD['cuda'] else 'CPU'} kernels ready: "
+              + ", ".join(BUILD["libraries"].values()))
         if not BUILD["cuda"]:
             print(f"activations: no CUDA kernels: {BUILD['no_cuda_reason']}")
         return 0

@@ -610,15 +610,20 @@ def test_expand_includes_inlines_each_header_once():
         activations.expand_includes('#include "missing.h"', sources)
 
 
-def test_build_key_covers_sources_flags_and_target():
+@pytest.mark.parametrize("part", list(activations.LIBRARIES))
+def test_build_key_covers_sources_flags_and_target(part):
     plan = {"cuda_archs": (), "cuda_home": None, "no_cuda_reason": "test"}
     sources = activations.kernel_sources()
-    base = activations.build_spec(plan, sources)["name"]
-    assert activations.build_spec(plan, sources)["name"] == base
+    base = activations.build_spec(plan, part, sources)["name"]
+    assert activations.build_spec(plan, part, sources)["name"] == base
     changed = dict(sources, **{"activations.cuh": sources["activations.cuh"] + "\n// changed"})
-    assert activations.build_spec(plan, changed)["name"] != base
-    cuda = activations.build_spec({**plan, "cuda_archs": ("9.0",)}, sources)["name"]
-    assert cuda != base and activations.build_spec({**plan, "cuda_archs": ("8.0",)}, sources)["name"] != cuda
+    assert activations.build_spec(plan, part, changed)["name"] != base
+    cuda = activations.build_spec({**plan, "cuda_archs": ("9.0",)}, part, sources)["name"]
+    other_arch = activations.build_spec({**plan, "cuda_archs": ("8.0",)}, part, sources)["name"]
+    if activations.LIBRARIES[part][1] is None:  # no CUDA code: one library serves CPU and CUDA builds
+        assert cuda == base == other_arch
+    else:
+        assert cuda != base and other_arch != cuda
 
 
 def copy_project(destination):
@@ -646,18 +651,30 @@ def test_cache_second_import_does_not_compile_and_changed_source_rebuilds(tmp_pa
     header.write_text(header.read_text() + "\n// a change\n")
     third = run_python(check, tmp_path, cache, ACTIVATIONS_CPU_ONLY="1")
     assert third.returncode == 0 and "activations: compiled" in third.stderr, third.stderr
-    assert len([p for p in cache.iterdir() if p.is_dir()]) == 2
+    # Both libraries include the header: each has a new cache entry beside the old one.
+    assert len([p for p in cache.iterdir() if p.is_dir()]) == 2 * len(activations.LIBRARIES)
 
 
-def test_compile_error_shows_the_compiler_message(tmp_path):
+@pytest.mark.parametrize("source, build", [("activations.cpp", "cpu"), ("autograd.cpp", "cpu"), ("autograd.cpp", "cuda")])
+def test_compile_error_shows_the_compiler_message(tmp_path, source, build):
+    """A C++ error in either library ends the import with the compiler's message. In a CUDA build, an error in the
+    library without CUDA code is no reason to fall back to a CPU build: that would fail the same way, and
+    registering CPU operators beside the CUDA ones loaded already would abort the process."""
+    if build == "cuda" and (activations.find_cuda_home() is None or torch.version.cuda is None):
+        pytest.skip("needs nvcc and a CUDA build of torch")
     copy_project(tmp_path)
-    source = tmp_path / "kernels" / "activations.cpp"
-    source.write_text(source.read_text() + "\nthis_is_not_cpp;\n")
-    result = run_python("import activations", tmp_path, tmp_path / "cache", ACTIVATIONS_CPU_ONLY="1")
-    assert result.returncode != 0
+    (part,) = [part for part, (cpp, _) in activations.LIBRARIES.items() if cpp == source]
+    broken = tmp_path / "kernels" / source
+    broken.write_text(broken.read_text() + "\nthis_is_not_cpp;\n")
+    cache = tmp_path / "cache"
+    env = {"ACTIVATIONS_CPU_ONLY": "1"} if build == "cpu" else {"ACTIVATIONS_CUDA_ARCH": "9.0"}
+    result = run_python("import activations", tmp_path, cache, **env)
+    assert result.returncode == 1, result.stderr[-3000:]  # an exception, not a crash
     assert "this_is_not_cpp" in result.stderr and "does not name a type" in result.stderr, result.stderr[-3000:]
-    assert list((tmp_path / "cache").glob("*.log")), "no build log written"
-    assert not list((tmp_path / "cache").glob("*/*.so")), "a failed build left a library in the cache"
+    assert "activations.BuildError" in result.stderr and "falling back" not in result.stderr, result.stderr[-3000:]
+    assert list(cache.glob(f"activations_{part}_*.log")), "no build log written"
+    # The other library compiled fine and may stay in the cache.
+    assert not list(cache.glob(f"activations_{part}_*/*.so")), "a failed build left a library in the cache"
 
 
 @pytest.mark.skipif(activations.find_cuda_home() is None or torch.version.cuda is None,
@@ -952,9 +969,10 @@ def test_compute_sanitizer_memcheck_is_clean(tmp_path):
 
 def test_build_key_changes_with_the_torch_version(monkeypatch):
     plan = {"cuda_archs": (), "cuda_home": None, "no_cuda_reason": "test"}
-    name = activations.build_spec(plan)["name"]
+    names = {part: activations.build_spec(plan, part)["name"] for part in activations.LIBRARIES}
     monkeypatch.setattr(torch, "__version__", "0.0.1-other")
-    assert activations.build_spec(plan)["name"] != name
+    for part, name in names.items():
+        assert activations.build_spec(plan, part)["name"] != name
 
 
 def test_cpu_instruction_set_flags_follow_torch(monkeypatch):
@@ -965,7 +983,7 @@ def test_cpu_instruction_set_flags_follow_torch(monkeypatch):
     keys = {}
     for capability in ("DEFAULT", "AVX2", "AVX512"):
         monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
-        keys[capability] = activations.build_spec(plan)["name"]
+        keys[capability] = activations.build_spec(plan, "ops")["name"]
         assert ("-DACTIVATIONS_CPU_AVX2" in activations.cpu_flags()) == (capability != "DEFAULT")
     assert keys["DEFAULT"] != keys["AVX2"] == keys["AVX512"]
     monkeypatch.setattr(activations.platform, "machine", lambda: "aarch64")
@@ -983,7 +1001,7 @@ def cold_build_in(tmp_path):
 
 def test_corrupted_or_truncated_library_is_rebuilt(tmp_path):
     cache = cold_build_in(tmp_path)
-    (library,) = cache.glob("*/*.so")
+    (library,) = cache.glob("activations_ops_*/*.so")
     library.write_bytes(library.read_bytes()[: library.stat().st_size // 2])
     check = "import activations, torch; assert activations.relu(torch.tensor([-2.0])).item() == 0"
     result = run_python(check, tmp_path, cache, ACTIVATIONS_CPU_ONLY="1")
@@ -1034,7 +1052,7 @@ def test_unwritable_cache_directory(tmp_path):
     # Without ACTIVATIONS_CACHE_DIR, an unwritable default falls back to a temporary folder, with a warning.
     env = {k: v for k, v in os.environ.items() if k != "ACTIVATIONS_CACHE_DIR"}
     env.update(XDG_CACHE_HOME=str(blocker / "xdg"), ACTIVATIONS_CPU_ONLY="1")
-    result = subprocess.run([sys.executable, "-c", "import activations; print(activations.BUILD['library'])"],
+    result = subprocess.run([sys.executable, "-c", "import activations; print(activations.BUILD['libraries']['ops'])"],
                             cwd=tmp_path, env=env, capture_output=True, text=True)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "is not writable" in result.stderr and "ACTIVATIONS_CACHE_DIR" in result.stderr
@@ -1058,3 +1076,5 @@ def test_failing_nvcc_falls_back_to_cpu_and_says_where_the_log_is(tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     assert "the CUDA build failed" in result.stdout
     assert "falling back to the CPU kernels" in result.stderr and ".log" in result.stderr, result.stderr[-3000:]
+    # The autograd library, built beside the failed CUDA build, serves the CPU build too: loaded once.
+    assert "previously registered" not in result.stderr, result.stderr[-3000:]
