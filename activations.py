@@ -65,6 +65,7 @@ def kernel_sources():
 
 
 _LOCAL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"[^\n]*$', re.MULTILINE)
+_PRAGMA_ONCE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once[^\n]*$", re.MULTILINE)
 
 
 def expand_includes(text, sources, _seen=None):
@@ -84,8 +85,6 @@ def expand_includes(text, sources, _seen=None):
 
     return _PRAGMA_ONCE.sub("", _LOCAL_INCLUDE.sub(inline, text))
 
-
-_PRAGMA_ONCE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once[^\n]*$", re.MULTILINE)
 
 # The libraries built from kernels/, in the order they are loaded: {part: (C++ source, CUDA source or None)}. Each
 # is one load_inline call, and the calls run side by side: a C++ unit spends most of its compile time parsing
@@ -207,8 +206,6 @@ CXX_FLAGS = [
     "-fno-trapping-math",
     "--param=ggc-min-heapsize=1048576",
 ]
-# (gold, -fuse-ld=gold, linked in 0.2 s where ld takes 0.5-0.7 s here, but on the GPU machine it could not open
-# that g++'s libstdc++.so: the default linker it is.)
 LD_FLAGS = ["-fopenmp"]
 
 
@@ -426,10 +423,11 @@ def _load_cached(root, spec):
     return library
 
 
-def _build_or_load(specs, plan):
-    """Load the libraries of specs from the cache, compiling (side by side) those that are not there yet.
-    Returns ({part: path}, [the parts compiled])."""
+def _build_or_load(plan, sources):
+    """Load every library of LIBRARIES for plan from the cache, compiling (side by side) those that are not there
+    yet. Returns ({part: path}, [the parts compiled])."""
     root = _writable_cache_root()
+    specs = [build_spec(plan, part, sources) for part in LIBRARIES]
     libraries = {spec["part"]: _load_cached(root, spec) for spec in specs}
     missing = [spec for spec in specs if libraries[spec["part"]] is None]
     if not missing:
@@ -489,7 +487,7 @@ def load(cuda_arch=None, cpu_only=None):
     sources = kernel_sources()
     if plan["cuda_archs"]:
         try:
-            libraries, compiled = _build_or_load([build_spec(plan, part, sources) for part in LIBRARIES], plan)
+            libraries, compiled = _build_or_load(plan, sources)
             return {"libraries": libraries, "compiled": compiled, "cuda": True, **plan}
         except BuildError as error:
             # Only a library with CUDA code in it can succeed without: a C++ unit that failed would fail again in a
@@ -498,7 +496,7 @@ def load(cuda_arch=None, cpu_only=None):
                 raise
             warnings.warn(f"{error}\nactivations: falling back to the CPU kernels only.")
             plan = {**plan, "cuda_archs": (), "no_cuda_reason": f"the CUDA build failed: {str(error).splitlines()[0]}"}
-    libraries, compiled = _build_or_load([build_spec(plan, part, sources) for part in LIBRARIES], plan)
+    libraries, compiled = _build_or_load(plan, sources)
     return {"libraries": libraries, "compiled": compiled, "cuda": False, **plan}
 
 
