@@ -19,9 +19,11 @@ ACTIVATIONS_CUDA_ARCH (e.g. "9.0" or "8.0;9.0": compile CUDA for these GPUs, eve
 ACTIVATIONS_CPU_ONLY=1 (skip CUDA), CUDA_HOME (the CUDA toolkit), ACTIVATIONS_VERBOSE=1 (show compiler commands).
 """
 
+import collections
 import concurrent.futures
 import contextlib
 import ctypes
+import dataclasses
 import glob
 import hashlib
 import json
@@ -46,21 +48,183 @@ KERNEL_SUFFIXES = (".cuh", ".h", ".cpp", ".cu")
 _EMBEDDED_SOURCES = None
 
 # ---------------------------------------------------------------------------------------------------------------
+# The op table: one row per activation, in the spirit of PyTorch's derivatives.yaml. Everything else follows from
+# it: the operators' schemas and registrations (through the generated kernels/op_table.h), the autograd layer's
+# saved state, the Python functions, the modules, swap_activations, the KernelBench problems, the tests and
+# bench.py's rows. The math is the row's functor in kernels/activations.cuh (forward, derivative, second
+# derivative).
+
+Param = collections.namedtuple("Param", "name default keyword_only", defaults=(False,))
+KernelBench = collections.namedtuple("KernelBench", "problem number reference init_inputs", defaults=(None, ()))
+
+
+@dataclasses.dataclass(frozen=True)
+class Activation:
+    """One activation.
+
+    name:           our function activations.<name> and operator torch.ops.activations.<name>
+    functor:        its math, a functor template in kernels/activations.cuh
+    torch_function: torch's function, called as torch_function(x, *params)
+    torch_module:   torch's module class; ours subclasses it and swap_activations replaces it
+    params:         torch's parameters after the input, with torch's names and defaults (a str parameter lists its
+                    `choices`; the kernels get the index of the value)
+    constants:      functor arguments after the parameters (SELU's alpha and scale, ReLU6's bounds)
+    saves:          what the backward keeps of an out-of-place call: "mask" (1 bit per element, piecewise-linear
+                    ops), "input" or "output" (in place, the input is gone: a mask, else the output where the
+                    functor can work from it, else a copy of the input, as torch does)
+    inplace:        torch's in-place form: "flag" (f(x, inplace=True) and f_(x)), "function" (only f_(x)), None
+    kernelbench:    the KernelBench level-1 problem, if any
+    """
+
+    name: str
+    functor: str
+    torch_function: object
+    torch_module: type
+    params: tuple = ()
+    constants: tuple = ()
+    saves: str = "input"
+    inplace: str = None
+    choices: dict = dataclasses.field(default_factory=dict)
+    kernelbench: KernelBench = None
+
+    def __post_init__(self):
+        assert self.saves in ("mask", "input", "output"), self.saves
+        assert self.inplace in ("flag", "function", None), self.inplace
+        assert len(self.params) + len(self.constants) <= 4, "functors take at most 4 arguments"
+
+    def defaults(self):
+        """The parameters' default values, in order."""
+        return tuple(param.default for param in self.params)
+
+    @property
+    def function(self):
+        """Our function: activations.<name>, called as function(x, *params)."""
+        return globals()[self.name]
+
+
+def _gelu(x, approximate="none"):
+    return F.gelu(x, approximate=approximate)
+
+
+_OPS = [
+    Activation("relu", "Relu", torch.relu, torch.nn.ReLU, saves="mask", inplace="flag",
+               kernelbench=KernelBench("relu", 19)),
+    Activation("leaky_relu", "LeakyRelu", F.leaky_relu, torch.nn.LeakyReLU, params=(Param("negative_slope", 0.01),),
+               saves="mask", inplace="flag", kernelbench=KernelBench("leaky_relu", 20)),
+    Activation("elu", "Elu", F.elu, torch.nn.ELU, params=(Param("alpha", 1.0),), constants=(1.0,), inplace="flag",
+               kernelbench=KernelBench("elu", 31, init_inputs=(1.0,))),
+    Activation("selu", "Elu", torch.selu, torch.nn.SELU, constants=(1.6732632423543772848170429916717,
+               1.0507009873554804934193349852946), inplace="flag", kernelbench=KernelBench("selu", 27)),
+    Activation("sigmoid", "Sigmoid", torch.sigmoid, torch.nn.Sigmoid, saves="output", inplace="function",
+               kernelbench=KernelBench("sigmoid", 21)),
+    Activation("tanh", "Tanh", torch.tanh, torch.nn.Tanh, saves="output", inplace="function",
+               kernelbench=KernelBench("tanh", 22)),
+    Activation("silu", "Silu", F.silu, torch.nn.SiLU, inplace="flag",
+               kernelbench=KernelBench("swish", 25, reference=lambda x: x * torch.sigmoid(x))),
+    Activation("gelu", "Gelu", _gelu, torch.nn.GELU, params=(Param("approximate", "none", keyword_only=True),),
+               choices={"approximate": ("none", "tanh")}, kernelbench=KernelBench("gelu", 26)),
+    Activation("hardsigmoid", "Hardsigmoid", F.hardsigmoid, torch.nn.Hardsigmoid, saves="mask", inplace="flag",
+               kernelbench=KernelBench("hardsigmoid", 28)),
+    Activation("softplus", "Softplus", F.softplus, torch.nn.Softplus,
+               params=(Param("beta", 1.0), Param("threshold", 20.0)), kernelbench=KernelBench("softplus", 29)),
+    Activation("softsign", "Softsign", F.softsign, torch.nn.Softsign,
+               kernelbench=KernelBench("softsign", 30, reference=lambda x: x / (1 + torch.abs(x)))),
+    Activation("hardtanh", "Hardtanh", F.hardtanh, torch.nn.Hardtanh,
+               params=(Param("min_val", -1.0), Param("max_val", 1.0)), saves="mask", inplace="flag",
+               kernelbench=KernelBench("hardtanh", 32)),
+    Activation("relu6", "Hardtanh", F.relu6, torch.nn.ReLU6, constants=(0.0, 6.0), saves="mask", inplace="flag"),
+    Activation("mish", "Mish", F.mish, torch.nn.Mish, inplace="flag"),
+]
+OPS = {row.name: row for row in _OPS}
+
+
+def _schema_default(value):
+    return repr(value) if isinstance(value, str) else repr(float(value))
+
+
+def _functors():
+    """The functors the op table uses, in table order."""
+    return list(dict.fromkeys(row.functor for row in OPS.values()))
+
+
+def op_table_header():
+    """The C++ header kernels/op_table.h, generated from the op table: the functors to instantiate and one row per
+    operator. It is part of the sources (and so of the build key) like the files in kernels/."""
+    ops = list(OPS.values())
+    functors = _functors()
+    rows = []
+    for row in ops:
+        params = []
+        for param in row.params:
+            if param.keyword_only and "*" not in params:
+                params.append("*")
+            kind = "str" if param.name in row.choices else "float"
+            params.append(f"{kind} {param.name}={_schema_default(param.default)}")
+        arguments = ", ".join(["Tensor x"] + params)
+        choices = [("|".join(row.choices[p.name]) if p.name in row.choices else "") for p in row.params]
+        constants = ", ".join(repr(float(c)) for c in row.constants) or "0.0"
+        rows.append(
+            f'    {{"{row.name}", "({arguments})", Functor::{row.functor}, Saves::{row.saves.capitalize()}, '
+            f"{str(row.inplace is not None).lower()}, {len(row.params)}, "
+            f'{{{", ".join(json.dumps(c) for c in choices) or chr(34) * 2}}}, {len(row.constants)}, {{{constants}}}}},'
+        )
+    return "\n".join([
+        "// Generated by activations.py from its op table (OPS): edit the table there, not this file.",
+        "#pragma once",
+        "",
+        f"#define ACTIVATIONS_FOR_EACH_FUNCTOR(X) {' '.join(f'X({f})' for f in functors)}",
+        "",
+        "namespace activations {",
+        "",
+        f"enum class Functor : int {{ {', '.join(functors)} }};",
+        "",
+        "// What the backward of an out-of-place call keeps: one bit per element, the input or the output.",
+        "enum class Saves : int { Mask, Input, Output };",
+        "",
+        "struct OpRow {",
+        "  const char* name;        // the operator; with `inplace`, also name_ (in place)",
+        "  const char* arguments;   // its schema's arguments, with torch's names and defaults",
+        "  Functor functor;",
+        "  Saves saves;",
+        "  bool inplace;",
+        "  int num_params;           // the parameters after x, in order",
+        "  const char* choices[2];   // per parameter: a str parameter's values joined by '|' (its index is passed)",
+        "  int num_constants;        // functor arguments after the parameters",
+        "  double constants[2];",
+        "};",
+        "",
+        "inline constexpr OpRow kOpRows[] = {",
+        *rows,
+        "};",
+        "",
+        "}  // namespace activations",
+        "",
+    ])
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Sources
 
 
 def kernel_sources():
-    """{file name: text} of the kernel sources: the embedded copy, else the files in kernels/."""
+    """{file name: text} of the kernel sources: the embedded copy, else the files in kernels/; and op_table.h,
+    generated from the op table."""
     if _EMBEDDED_SOURCES is not None:
-        return dict(_EMBEDDED_SOURCES)
-    kernel_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
-    sources = {}
-    for path in sorted(glob.glob(os.path.join(kernel_dir, "*"))):
-        if path.endswith(KERNEL_SUFFIXES):
-            with open(path, encoding="utf-8") as f:
-                sources[os.path.basename(path)] = f.read()
-    if not sources:
-        raise RuntimeError(f"activations: no kernel sources found in {kernel_dir}")
+        sources = dict(_EMBEDDED_SOURCES)
+    else:
+        kernel_dir = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels")
+        sources = {}
+        for path in sorted(glob.glob(os.path.join(kernel_dir, "*"))):
+            if path.endswith(KERNEL_SUFFIXES):
+                with open(path, encoding="utf-8") as f:
+                    sources[os.path.basename(path)] = f.read()
+        if not sources:
+            raise RuntimeError(f"activations: no kernel sources found in {kernel_dir}")
+    sources["op_table.h"] = op_table_header()
+    for functor in _functors():  # one CUDA unit per functor, so that nvcc compiles them side by side
+        sources[f"cuda_{functor}.cu"] = (
+            f'#include "cuda_kernels.cuh"\nnamespace activations {{ template struct CudaKernels<{functor}>; }}\n'
+        )
     return sources
 
 
@@ -69,9 +233,9 @@ _PRAGMA_ONCE = re.compile(r"^[ \t]*#[ \t]*pragma[ \t]+once[^\n]*$", re.MULTILINE
 
 
 def expand_includes(text, sources, _seen=None):
-    """Inline `#include "name"` of our own headers, each once per translation unit, so that load_inline (which
-    writes one main.cpp and one cuda.cu per library) compiles the same text whether the sources come from files
-    or not. `#pragma once` goes: the inlining does its job, and g++ warns about it in a main file."""
+    """Inline `#include "name"` of our own headers, each once per translation unit, so that every unit is one
+    self-contained text, whether the sources come from files or not (and its hash covers every header it uses).
+    `#pragma once` goes: the inlining does its job, and g++ warns about it in a main file."""
     seen = set() if _seen is None else _seen
 
     def inline(match):
@@ -86,13 +250,19 @@ def expand_includes(text, sources, _seen=None):
     return _PRAGMA_ONCE.sub("", _LOCAL_INCLUDE.sub(inline, text))
 
 
-# The libraries built from kernels/, in the order they are loaded: {part: (C++ source, CUDA source or None)}. Each
-# is one load_inline call, and the calls run side by side: a C++ unit spends most of its compile time parsing
-# torch's headers, and the autograd layer needs 2 s more of them (torch/csrc/autograd) than the operators do, so
-# it is a unit of its own. On the 2-core machine the two units compile in parallel: the CPU-only cold build took
-# 0.1-4.2 s less than with one unit holding both, in 14 alternating rounds (results/cpu-2026-11-23-g/,
-# results/cpu-2026-11-24/). The autograd layer has no CUDA code: one library serves CPU and CUDA builds.
-LIBRARIES = {"ops": ("activations.cpp", "activations_cuda.cu"), "autograd": ("autograd.cpp", None)}
+# The libraries built from kernels/, in the order they are loaded: {part: (C++ units, CUDA units)}. A library's
+# units compile side by side (ninja), and so do the libraries: a C++ unit that includes torch's headers spends
+# most of its compile time parsing them, so the torch glue (activations.cpp), the kernels (cpu_kernels.cpp,
+# cuda_kernels.cu: no torch headers but ATen/Parallel.h) and the autograd layer (autograd.cpp, whose autograd and
+# functorch headers cost more than the dispatcher's) are units of their own. The autograd layer has no CUDA code:
+# one library serves CPU and CUDA builds.
+LIBRARIES = {
+    "ops": (("activations.cpp", "cpu_kernels.cpp"), ("cuda_kernels.cu",) + tuple(f"cuda_{f}.cu" for f in _functors())),
+    "autograd": (("autograd.cpp",), ()),
+}
+
+# Headers that torch's own headers include but its wheels lack, served from kernels/: {include name: our file}.
+SYSTEM_HEADER_STUBS = {"nlohmann/json.hpp": "nlohmann_json_stub.h"}
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -238,12 +408,14 @@ def _cuda_arch_flags(archs):
 def build_spec(plan, part, sources=None):
     """Everything that decides the compiled library `part` (of LIBRARIES): its hash names the cache entry."""
     sources = kernel_sources() if sources is None else sources
-    cpp_file, cuda_file = LIBRARIES[part]
-    with_cuda = bool(plan["cuda_archs"]) and cuda_file is not None
+    cpp_units, cuda_units = LIBRARIES[part]
+    with_cuda = bool(plan["cuda_archs"]) and bool(cuda_units)
     spec = {
         "part": part,
-        "cpp": expand_includes(sources[cpp_file], sources),
-        "cuda": expand_includes(sources[cuda_file], sources) if with_cuda else "",
+        # Each unit as the compiler gets it: our headers inlined (see expand_includes).
+        "units": {name: expand_includes(sources[name], sources) for name in cpp_units + (cuda_units if with_cuda else ())},
+        "header_stubs": {name: sources[stub] for name, stub in SYSTEM_HEADER_STUBS.items()},
+        "cuda": with_cuda,
         "cflags": CXX_FLAGS + cpu_flags() + (["-DACTIVATIONS_WITH_CUDA"] if with_cuda else []),
         "ldflags": LD_FLAGS,
         "cuda_flags": CUDA_FLAGS + _cuda_arch_flags(plan["cuda_archs"]) if with_cuda else [],
@@ -352,30 +524,39 @@ def _cpp_extension(cuda_home):
 
 
 def _compile(spec, cpp_extension, root):
-    """Compile one library into a private folder, then publish it into the cache by renames. Returns its path.
-    load_inline has loaded it into this process already."""
+    """Compile one library into a private folder (its units side by side, through ninja), then publish it into the
+    cache by renames. Returns its path. torch.utils.cpp_extension.load has loaded it into this process already."""
     name = spec["name"]
     for stale in glob.glob(os.path.join(root, f"{name}.build-*")):  # left by a killed build
         shutil.rmtree(stale, ignore_errors=True)
     build_dir = tempfile.mkdtemp(prefix=f"{name}.build-", dir=root)
     try:
         try:
-            cpp_extension.load_inline(
+            paths = []
+            for unit, text in spec["units"].items():
+                paths.append(os.path.join(build_dir, unit))
+                with open(paths[-1], "w", encoding="utf-8") as f:
+                    f.write(text)
+            stub_dir = os.path.join(build_dir, "header_stubs")
+            for header, text in spec["header_stubs"].items():
+                os.makedirs(os.path.dirname(os.path.join(stub_dir, header)), exist_ok=True)
+                with open(os.path.join(stub_dir, header), "w", encoding="utf-8") as f:
+                    f.write(text)
+            cpp_extension.load(
                 name=name,
-                cpp_sources=[spec["cpp"]],
-                cuda_sources=[spec["cuda"]] if spec["cuda"] else None,
-                # Copies: load_inline appends to the lists it is given (the CUDA libraries, for one), which would
-                # leak into the next build in this process (the CPU fallback after a failed CUDA build).
+                sources=paths,
+                # Copies: load appends to the lists it is given (the CUDA libraries, for one), which would leak
+                # into the next build in this process (the CPU fallback after a failed CUDA build).
                 extra_cflags=list(spec["cflags"]),
                 extra_cuda_cflags=list(spec["cuda_flags"]),
                 extra_ldflags=list(spec["ldflags"]),
+                extra_include_paths=[stub_dir],
                 build_directory=build_dir,
-                with_cuda=bool(spec["cuda"]),
+                with_cuda=spec["cuda"],
                 is_python_module=False,
-                no_implicit_headers=True,
                 verbose=os.environ.get("ACTIVATIONS_VERBOSE", "") not in ("", "0"),
             )
-        except Exception as error:  # load_inline raises RuntimeError/subprocess errors with compiler output
+        except Exception as error:  # load raises RuntimeError/subprocess errors with the compiler's output
             log = os.path.join(root, f"{name}.log")
             with open(log, "w") as f:
                 f.write(str(error))
@@ -519,7 +700,7 @@ def _cli_arguments(argv):
     choice.add_argument("--cuda-arch", help="compile CUDA kernels for these archs (e.g. 9.0 or 8.0;9.0), GPU or not")
     choice.add_argument("--cpu-only", action="store_true", help="compile the CPU kernels only")
     bench = commands.add_parser("kernelbench", help="write a self-contained KernelBench source file")
-    bench.add_argument("problem", choices=("relu", "elu", "selu"))
+    bench.add_argument("problem", choices=[row.kernelbench.problem for row in OPS.values() if row.kernelbench])
     bench.add_argument("-o", "--output", help="output path (default: kernelbench_<problem>.py)")
     return parser.parse_args(argv)
 
@@ -542,101 +723,94 @@ else:
     BUILD = {"libraries": {}, "compiled": [], "cuda": None, "note": "operators were already loaded"}
 
 # ---------------------------------------------------------------------------------------------------------------
-# Python API: functions and modules
+# Python API: functions and modules, one of each per row of the op table, with torch's signatures.
+#
+# Each function calls its operator's raw entry point (OpOverload._op), which skips the Python frame of
+# OpOverload.__call__ (0.1-0.4 us of a 3-12 us small call), except under torch.compile: dynamo traces OpOverloads
+# and would break the graph at a raw entry point (it treats torch.compiler.is_dynamo_compiling() as the constant
+# True). Other tracers (torch.export's non-strict mode, make_fx) see the raw call in the dispatcher like any other.
+# is_dynamo_compiling costs 50 ns a call here, is_compiling 100 ns (it asks TorchScript too). The functions are
+# written out from a template (below) rather than built around *args: binding arguments generically would cost
+# more than the call itself at small sizes.
 
-# Bound once. Each function calls its operator's raw entry point (OpOverload._op), which skips the Python frame
-# of OpOverload.__call__ (0.1-0.4 us of a 3-12 us small call), except under torch.compile: dynamo traces
-# OpOverloads and would break the graph at a raw entry point (it treats torch.compiler.is_dynamo_compiling() as
-# the constant True). Other tracers (torch.export's non-strict mode, make_fx) see the raw call in the dispatcher
-# like any other. is_dynamo_compiling costs 50 ns a call here, is_compiling 100 ns (it asks TorchScript too).
-_ops = torch.ops.activations
-_relu, _elu, _selu = _ops.relu.default, _ops.elu.default, _ops.selu.default
-_relu_, _elu_, _selu_ = _ops.relu_.default, _ops.elu_.default, _ops.selu_.default
-_raw_relu, _raw_elu, _raw_selu = _relu._op, _elu._op, _selu._op
-_raw_relu_, _raw_elu_, _raw_selu_ = _relu_._op, _elu_._op, _selu_._op
 _compiling = torch.compiler.is_dynamo_compiling
 
+_FUNCTION = """
+def {name}(x{signature}{inplace_parameter}):
+    \"\"\"{doc}\"\"\"
+{inplace_branch}    return _ops.{name}.default(x{call}) if _compiling() else _ops_raw[{name!r}](x{call})
+"""
 
-def relu(x, inplace=False):
-    """max(x, 0) elementwise, as torch.relu. Its backward keeps 1 bit per element instead of a tensor."""
-    if inplace:
-        return relu_(x)
-    return _relu(x) if _compiling() else _raw_relu(x)
-
-
-def elu(x, alpha=1.0, inplace=False):
-    """x for x > 0, alpha * expm1(x) otherwise, as torch.nn.functional.elu."""
-    if inplace:
-        return elu_(x, alpha)
-    return _elu(x, alpha) if _compiling() else _raw_elu(x, alpha)
-
-
-def selu(x, inplace=False):
-    """scale * elu(x, alpha) with torch.selu's constants, as torch.selu."""
-    if inplace:
-        return selu_(x)
-    return _selu(x) if _compiling() else _raw_selu(x)
-
-
-def relu_(x):
-    """relu in place, as torch.relu_; returns x."""
-    _relu_(x) if _compiling() else _raw_relu_(x)
+_INPLACE_FUNCTION = """
+def {name}_(x{signature}):
+    \"\"\"{name} in place, as torch's; returns x.\"\"\"
+    _ops.{name}_.default(x{call}) if _compiling() else _ops_raw[{name!r} + "_"](x{call})
     return x
+"""
 
-
-def elu_(x, alpha=1.0):
-    """elu in place, as torch.nn.functional.elu_; returns x. Its backward works from the output, as torch's does,
-    so it needs alpha >= 0."""
-    _elu_(x, alpha) if _compiling() else _raw_elu_(x, alpha)
-    return x
-
-
-def selu_(x):
-    """selu in place, as torch.selu_; returns x."""
-    _selu_(x) if _compiling() else _raw_selu_(x)
-    return x
-
-
-class ReLU(torch.nn.ReLU):
-    """torch.nn.ReLU(inplace) running our kernels (a subclass: isinstance checks and state dicts keep working)."""
+_MODULE = """
+class {cls}(torch.nn.{cls}):
+    \"\"\"torch.nn.{cls} running our kernels (a subclass: isinstance checks and state dicts keep working).\"\"\"
 
     def forward(self, x):
-        return relu(x, self.inplace)
+        return {name}(x{attributes})
+"""
 
 
-class ELU(torch.nn.ELU):
-    """torch.nn.ELU(alpha, inplace) running our kernels."""
+def _python_sources(row):
+    """The source of a row's function, in-place function and module."""
+    signature, call, attributes = "", "", ""
+    for param in row.params:
+        if param.keyword_only and "*" not in signature:
+            signature += ", *"
+        signature += f", {param.name}={param.default!r}"
+        call += f", {param.name}={param.name}" if param.keyword_only else f", {param.name}"
+        attributes += f", {param.name}=self.{param.name}" if param.keyword_only else f", self.{param.name}"
+    flag = row.inplace == "flag"
+    what = {"mask": "a 1-bit mask per element", "input": "its input", "output": "its output"}[row.saves]
+    doc = f"{row.name} elementwise, as torch's {row.torch_function.__name__.lstrip('_')}; the backward keeps {what}."
+    sources = _FUNCTION.format(
+        name=row.name, signature=signature, doc=doc, call=call,
+        inplace_parameter=", inplace=False" if flag else "",
+        inplace_branch=f"    if inplace:\n        return {row.name}_(x{call})\n" if flag else "",
+    )
+    if row.inplace:
+        sources += _INPLACE_FUNCTION.format(name=row.name, signature=signature, call=call)
+    sources += _MODULE.format(cls=row.torch_module.__name__, name=row.name,
+                              attributes=attributes + (", self.inplace" if flag else ""))
+    return sources
 
-    def forward(self, x):
-        return elu(x, self.alpha, self.inplace)
 
+_ops = torch.ops.activations
+_ops_raw = {}  # operator name -> its raw entry point
+for _row in OPS.values():
+    for _name in (_row.name, _row.name + "_") if _row.inplace else (_row.name,):
+        _ops_raw[_name] = getattr(_ops, _name).default._op
+    exec(_python_sources(_row), globals())
 
-class SELU(torch.nn.SELU):
-    """torch.nn.SELU(inplace) running our kernels."""
+swish = silu  # the name KernelBench (problem 25) and others use
 
-    def forward(self, x):
-        return selu(x, self.inplace)
-
-
-# torch's module class -> a function that makes ours from it (same alpha, same inplace)
+# torch's module class -> ours, and the constructor arguments that carry over.
 _SWAPS = {
-    torch.nn.ReLU: lambda m: ReLU(inplace=m.inplace),
-    torch.nn.ELU: lambda m: ELU(alpha=m.alpha, inplace=m.inplace),
-    torch.nn.SELU: lambda m: SELU(inplace=m.inplace),
+    row.torch_module: (globals()[row.torch_module.__name__],
+                       [p.name for p in row.params] + (["inplace"] if row.inplace == "flag" else []))
+    for row in OPS.values()
 }
 
 
 def swap_activations(model):
-    """Replace every torch.nn.ReLU, ELU and SELU inside `model` (in place) with ours, keeping alpha, inplace and
-    the training flag. Returns [(qualified name, the module it replaced)]. Subclasses of torch's modules (ours
-    included) are left alone, and so is `model` itself when it is one of them (there is no parent to put ours in);
-    hooks registered on a replaced module do not carry over."""
+    """Replace every torch.nn activation module inside `model` that the op table has (ReLU, LeakyReLU, ELU, SELU,
+    Sigmoid, Tanh, SiLU, GELU, Hardsigmoid, Softplus, Softsign, Hardtanh, ReLU6, Mish) in place with ours, keeping
+    its arguments (alpha, inplace, ...) and the training flag. Returns [(qualified name, the module it replaced)].
+    Subclasses of torch's modules (ours included) are left alone, and so is `model` itself when it is one of them
+    (there is no parent to put ours in); hooks registered on a replaced module do not carry over."""
     replaced = []
     for parent_name, parent in list(model.named_modules()):
         for child_name, child in list(parent.named_children()):
-            make = _SWAPS.get(type(child))
-            if make is not None:
-                setattr(parent, child_name, make(child).train(child.training))
+            swap = _SWAPS.get(type(child))
+            if swap is not None:
+                ours, arguments = swap
+                setattr(parent, child_name, ours(**{a: getattr(child, a) for a in arguments}).train(child.training))
                 replaced.append((f"{parent_name}.{child_name}" if parent_name else child_name, child))
     return replaced
 
@@ -647,11 +821,13 @@ def swap_activations(model):
 batch_size = 4096
 dim = 393216
 
-# problem -> (torch's reference, ours, init inputs)
+Problem = collections.namedtuple("Problem", "number reference ours init_inputs")
+# problem name -> Problem: torch's reference (KernelBench's expression where it has its own), ours, init inputs
 PROBLEMS = {
-    "relu": (torch.relu, relu, []),
-    "elu": (F.elu, elu, [1.0]),
-    "selu": (torch.selu, selu, []),
+    row.kernelbench.problem: Problem(row.kernelbench.number, row.kernelbench.reference or row.torch_function,
+                                     globals()[row.name], list(row.kernelbench.init_inputs))
+    for row in OPS.values()
+    if row.kernelbench is not None
 }
 
 # The problem the module-level Model/ModelNew/get_inputs/get_init_inputs stand for. A generated KernelBench
@@ -663,7 +839,7 @@ def kernelbench(problem):
     """The KernelBench harness of one problem: a namespace with Model, ModelNew, get_inputs, get_init_inputs."""
     if problem not in PROBLEMS:
         raise ValueError(f"activations: unknown KernelBench problem {problem!r}; choose from {sorted(PROBLEMS)}")
-    reference, ours, init_inputs = PROBLEMS[problem]
+    _, reference, ours, init_inputs = PROBLEMS[problem]
 
     class Model(torch.nn.Module):
         """KernelBench reference: torch's own activation. Takes the problem's init inputs (alpha for ELU)."""

@@ -1,42 +1,96 @@
-"""Benchmark our ReLU, ELU and SELU kernels (activations.py) against torch's own, on the GPU.
+"""Benchmark our activation kernels (activations.py) against torch's own, on the GPU.
 
     python bench.py                            # the main run (below)
     python bench.py --no-compile               # the same without the torch.compile column
+    python bench.py --kernelbench              # only every KernelBench problem, timed as KernelBench times it
+    python bench.py --vmap                     # only torch.func.vmap of every op
+    python bench.py --models                   # only training steps of small networks, torch's modules against ours
+    python bench.py --main --kernelbench --models --json out.json   # the main run and the sections named
     python bench.py --sweep --plot gbps.png    # GB/s against size, 2^10 ... 2^31 elements
     python bench.py --overhead                 # only the cost of one small call
     python bench.py --build 5                  # only the first (compiling) and a later import, 5 times each
-    python bench.py --ops relu --dtypes bf16 --directions backward,step --sizes 2^20,2^24 --reps 50 --json out.json
+    python bench.py --ops relu,gelu --dtypes bf16 --directions backward,step --sizes 2^20,2^24 --reps 50 --json out.json
+
+The rows come from activations.OPS, in its order, each op at its default parameters (torch's), plus gelu with
+approximate="tanh" and, for KernelBench's swish and softsign problems, a row whose torch side is KernelBench's own
+expression (x * torch.sigmoid(x), x / (1 + torch.abs(x)); activations.PROBLEMS) instead of torch's op: that is what
+a KernelBench score compares against. Such a row is checked against torch's op, not against the expression. --ops
+selects by op name (silu also selects the swish row, softsign its expression row, gelu both gelu rows).
 
 The main run takes KernelBench's shape, 4096 x 393216 (1.6e9 elements), in float32, bfloat16 and float16
 (float64 only when --dtypes names it), and times three directions for ours, torch's function and torch.compile
 of torch's function:
-    forward    the inference forward under torch.no_grad() (ours then writes no ReLU mask);
+    forward    the inference forward under torch.no_grad() (ours then writes no mask);
     backward   torch.autograd.grad(y, x, g, retain_graph=True) on a graph built beforehand: the backward alone;
     step       forward with grad, then autograd.grad: one training step of the layer.
 It then prints the peak memory of a step (as timed, and inside a network, where the gradient reaching the layer is
-a temporary) and what the autograd graph keeps, and the wall-clock cost of one call at 1024 elements (the
---overhead section). Without a GPU it runs a small CPU benchmark instead (2^22 elements, float32 and bfloat16,
-torch.compile only with --compile).
+a temporary) and what the autograd graph keeps, the wall-clock cost of one call at 1024 elements (the --overhead
+section) and the vmap section. Without a GPU it runs a small CPU benchmark instead (2^22 elements, float32 and
+bfloat16, torch.compile only with --compile).
 
-Times are medians of --reps samples after a warm-up; on the GPU each sample is a pair of CUDA events, and calls
-shorter than about a millisecond are batched into one sample. GB/s counts the bytes a pass must move (see
-bytes_moved), and "% copy" relates that rate to a device-to-device copy of the same number of bytes measured in
-the same run: the ceiling of a memory-bound op. Before a cell is timed, ours is checked against torch's result
-(torch.testing.assert_close); a mismatch stops the run with exit status 1.
+Times are medians of --reps samples (default 20) after a warm-up; on the GPU each sample is a pair of CUDA events,
+and calls shorter than about a millisecond are batched into one sample. GB/s counts the bytes a pass must move (see
+bytes_moved: ops whose backward works from a 1-bit mask read that instead of a saved tensor), and "% copy" relates
+that rate to the run's copy floor, the ceiling of a memory-bound op: ONE number per run, the best of several rounds
+of a device-to-device copy of a fixed number of bytes (a float32 tensor of the run's largest shape, whatever the
+cell's dtype), one round before the first row and one after each row, so the rounds are spread over the run as the
+cells are. Every cell's "% copy" divides by that one number; progress lines use the best so far, the tables and
+--json the final one. (A copy per dtype made 16-bit cells read 108-111 % of copy on the H100, where a float16
+copy_ once ran at 2763 GB/s against 3034 GB/s for float32.) Before a cell is timed, ours is checked against
+torch's result (torch.testing.assert_close); a cell that fails the check or raises is reported as an error and the
+run goes on, and the exit status is then 1.
 
 --sweep times the forward (or --directions) over sizes (--sizes; default 2^10 ... 2^31 on the GPU, 2^10 ... 2^24 on
-the CPU) in float32 and bfloat16, ours against torch and the copy rate. On the GPU a forward of up to 256 MiB is
-timed by replaying its calls from a CUDA graph, so the kernels run back to back as in a busy network (at small
-sizes plain calls from Python time the host's launch path instead, for ours and torch's alike), in three rounds
-that alternate ours and torch's; the plain-call ratio is printed beside it, and --overhead times the host side.
---json writes every number as a list of dicts (key "kind": run, copy, cell, overhead, build); --plot draws the
-sweep's GB/s (implies --sweep; needs matplotlib).
+the CPU) in float32 and bfloat16, ours against torch and the copy rate. Its "% copy" relates each size to a float32
+copy of the same bytes at that size, timed as the cells are (small copies are launch-bound: the floor of one size
+is not that of another). On the GPU a forward of up to 256 MiB is timed by replaying its calls from a CUDA graph,
+so the kernels run back to back as in a busy network (at small sizes plain calls from Python time the host's launch
+path instead, for ours and torch's alike), in three rounds that alternate ours and torch's; the plain-call ratio is
+printed beside it, and --overhead times the host side. --plot draws the sweep's GB/s (implies --sweep; needs
+matplotlib).
+
+--kernelbench times every KernelBench problem (activations.PROBLEMS; with --ops, the ops' problems) the way
+KernelBench's harness does (time_execution_with_cuda_event in its timing.py): Model and ModelNew from
+activations.kernelbench(problem) with the problem's init inputs, the problem's own get_inputs() (4096 x 393216
+float32; drawn with the GPU as the default device, where KernelBench draws on the host and copies: the same tensor),
+3 warm-up calls each followed by a synchronize, torch.cuda.empty_cache(), then per trial: synchronize, flush the L2
+cache by filling a 256 MB tensor (torch.empty((32, 1024, 1024), dtype=torch.int64).fill_(42), as KernelBench's
+clear_l2_cache), record a CUDA event, call the model once (grad mode on, as KernelBench calls it), record an event,
+synchronize. --reps trials of each (default 100), in rounds that alternate ours and the reference so drift hits
+both, the first trial of each round dropped (KernelBench drops its first); mean (KernelBench's score), median and
+min, and reference/ours of the means and of the medians. Beside them, the same forward as bench.py's main table
+times it (back-to-back calls, no flush, under no_grad), so a difference between the two methods shows. On the CPU
+the input is 64 x 2^16 and times are wall clock.
+
+--vmap times torch.func.vmap(f) over a 64 x 2^16 float32 input for every op, ours against vmap of torch's
+function (medians of CUDA-event samples, short calls batched as above, in alternating rounds, the best of them),
+and prints ours/torch (target: within 1.2x). One call of vmap(ours) first runs with warnings turned into errors
+(warnings.simplefilter("error")) and with file descriptor 2 captured: functorch's "performance drop ... batching
+rule" warning for an operator without a vmap rule is a C++ warning that a call through torch.ops prints to stderr
+without passing through Python's warnings.
+
+--models times one training step (forward and loss under bfloat16 autocast, backward, SGD step, zero_grad) of an MLP
+(Linear 4096->4096, activation, Linear 4096->4096; batch 8192), a CNN (4 x [Conv2d 64->64 3x3, BatchNorm2d,
+activation], channels_last, input 64 x 64 x 64 x 64) and a transformer MLP block (Linear(1024, 4096), activation,
+Linear(4096, 1024); 8192 tokens), built from torch's modules, against a deep copy on which
+activations.swap_activations put ours; eager and under torch.compile (--models eager,compiled picks; on the CPU only
+eager unless named; --compile/--no-compile is the main table's alone), in 3 rounds that alternate torch's and ours,
+the best round's median of each. Activations: MLP and CNN relu, leaky_relu, elu, selu, silu, gelu, mish; transformer
+block gelu, silu (those in activations.OPS and --ops). Before timing, the two models' outputs are compared (relative
+error of the norm). On the CPU the sizes are scaled down.
+
+--main runs the main run beside the sections named (--kernelbench, --vmap, --models, --overhead, --sweep). --json
+writes every number as a list of dicts (key "kind": run, copy, cell, overhead, vmap, kernelbench, model, build),
+rewritten after each section so that a run cut short keeps what it finished.
 
 --build times `import activations` on top of `import torch` in new processes: with an empty cache (it compiles
 what this machine builds; ACTIVATIONS_CPU_ONLY=1 for the CPU kernels alone) and then with that cache filled.
 """
 
 import argparse
+import contextlib
+import copy
+import dataclasses
 import importlib.util
 import json
 import math
@@ -44,29 +98,17 @@ import os
 import platform
 import statistics
 import sys
+import tempfile
 import time
+import warnings
+from typing import Callable, Optional
 
 import torch
-import torch.nn.functional as F
+from torch import nn
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import activations  # noqa: E402  (compiles our kernels on first use, then loads them from the cache)
 
-ELU_ALPHA = 1.0
-
-# op -> (ours, torch's)
-OPS = {
-    "relu": (activations.relu, torch.relu),
-    "elu": (lambda x: activations.elu(x, ELU_ALPHA), lambda x: F.elu(x, ELU_ALPHA)),
-    "selu": (activations.selu, torch.selu),
-}
-# The same torch ops called as custom operators are called from Python (torch.ops.<namespace>.<op>.default): the
-# dispatch cost any operator registered with TORCH_LIBRARY pays, for the overhead table.
-TORCH_OPS_PATH = {
-    "relu": torch.ops.aten.relu.default,
-    "elu": lambda x: torch.ops.aten.elu.default(x, ELU_ALPHA),
-    "selu": torch.ops.aten.selu.default,
-}
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16, "float64": torch.float64}
 DTYPE_ALIASES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "half": "float16", "fp64": "float64"}
 DIRECTIONS = ("forward", "backward", "step")
@@ -79,6 +121,7 @@ CPU_NUMEL = 2**22
 GPU_SWEEP = [2**k for k in range(10, 32)]
 CPU_SWEEP = [2**k for k in range(10, 25)]
 
+DEFAULT_REPS = 20  # samples per measurement of the tables; --reps overrides
 WARMUP = 3
 MIN_SAMPLE_MS = 1.0  # calls shorter than this are batched, so event resolution and launch jitter stay small
 MAX_BATCH = 1000
@@ -89,13 +132,76 @@ GRAPH_MAX_BYTES = 2**28
 MAX_GRAPH_CALLS = 100
 # ... in rounds that alternate ours and torch's, each keeping its best: once on the H100 machine one
 # implementation's samples of a cell all ran 2-5x slower than before and after (both timings of it, graph and
-# plain calls), which one round turns into a false 0.21x.
+# plain calls), which one round turns into a false 0.21x. The vmap and model sections time in rounds too.
 GRAPH_ROUNDS = 3
 CHECK_CHUNK = 2**26  # assert_close makes several temporaries of its inputs' size: compare big tensors in slices
 OVERHEAD_NUMEL, OVERHEAD_CALLS, OVERHEAD_ROUNDS = 1024, 2000, 5
 
 # ---------------------------------------------------------------------------------------------------------------
-# Device helpers and the timing helper
+# The rows: activations.OPS, each op bound to its parameters
+
+# op -> (KernelBench problem, its reference expression as printed): the main table also times the expression as
+# torch's side (DESIGN.md: torch runs these composites at 25-40 % of the copy rate, its own ops at ~100 %).
+KERNELBENCH_EXPRESSIONS = {"silu": ("swish", "x*sigmoid(x)"), "softsign": ("softsign", "x/(1+|x|)")}
+
+
+@dataclasses.dataclass(frozen=True)
+class Row:
+    """One row of the tables: ours and torch's side as functions of x alone."""
+
+    name: str  # as printed: the op, or the op and what sets the row apart ("gelu (tanh)")
+    op: str  # its activations.OPS name: --ops selects by it
+    params: dict  # the parameters both sides are called with
+    ours: Callable
+    torch: Callable  # torch's function, or KernelBench's expression
+    reference: Callable  # what ours is checked against: torch's function of the op
+    saves: str  # what our backward reads besides the gradient: "mask", "input" or "output"
+    torch_op: Optional[Callable]  # torch's op entered through torch.ops.aten (the overhead table); None if none
+    expression: bool = False  # torch's side is KernelBench's expression, not torch's op
+
+
+def bind(fn, params):
+    """fn(x, **params) as a function of x alone (by keyword: gelu's approximate is keyword-only); fn itself when
+    there are no params (a lambda's frame would add 0.1 us or so to the overhead table's small calls)."""
+    return (lambda x: fn(x, **params)) if params else fn
+
+
+def aten_op(name, params):
+    """torch's own operator entered the way every custom operator is entered from Python
+    (torch.ops.aten.<name>.default; parameters by keyword, as gelu's approximate is keyword-only there), or None
+    where torch has no such operator (softsign is a Python composite)."""
+    try:
+        op = getattr(torch.ops.aten, name).default
+    except AttributeError:
+        return None
+    return (lambda x: op(x, **params)) if params else op
+
+
+def table_rows(ops=None):
+    """The rows for the ops named (default: all of activations.OPS), in activations.OPS's order."""
+    rows = []
+    for name, op in activations.OPS.items():
+        if ops and name not in ops:
+            continue
+        defaults = {param.name: param.default for param in op.params}
+        variants = [(name, defaults)]
+        if name == "gelu":
+            variants.append(("gelu (tanh)", {**defaults, "approximate": "tanh"}))
+        for label, params in variants:
+            theirs = bind(op.torch_function, params)
+            rows.append(Row(label, name, params, bind(op.function, params), theirs, theirs, op.saves,
+                            aten_op(name, params)))
+        problem, expression = KERNELBENCH_EXPRESSIONS.get(name, (None, None))
+        if problem in activations.PROBLEMS:
+            spec = activations.PROBLEMS[problem]
+            assert not spec.init_inputs, "the expression rows are for problems without init inputs"
+            rows.append(Row(f"{problem} ({expression})", name, defaults, spec.ours, spec.reference,
+                            bind(op.torch_function, defaults), op.saves, None, expression=True))
+    return rows
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Device helpers and the timing helpers
 
 
 def synchronize(device):
@@ -159,42 +265,87 @@ def time_ms(fn, device, reps, graph=False):
     return statistics.median(samples) / calls
 
 
+def best_of_rounds(fns, device, reps, rounds):
+    """{name: ms} for a dict of callables: `rounds` rounds that alternate their order, each timing every one
+    (time_ms, a median), the best round of each. A slow spell of the machine then costs one round of each
+    implementation rather than all of one (see GRAPH_ROUNDS)."""
+    best = {}
+    for round_ in range(rounds):
+        for name in list(fns) if round_ % 2 == 0 else list(fns)[::-1]:
+            best[name] = min(time_ms(fns[name], device, reps), best.get(name, math.inf))
+    return best
+
+
+def error_text(error):
+    return f"{type(error).__name__}: {error}".splitlines()[0][:300]
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # The copy floor and the bytes each pass must move
 
-COPY_RATES = {}  # bytes -> record, measured once per run
+COPY_RECORDS = []  # every copy measured in this run, for --json
 
 
-def copy_gbps(nbytes, device, reps, graph=False):
-    """Best device-to-device copy rate for buffers of nbytes, counting bytes read + written: the ceiling of an
-    elementwise op, timed the same way as the op (graph: see time_ms). float32 and float16 copies are timed;
-    bfloat16's copy_ is slower than either on the H100 (DESIGN.md), so it would understate the ceiling."""
+class CopyFloor:
+    """The run's copy floor: one rate for every cell of the main table, whatever its dtype.
+
+    Each round times a device-to-device copy of the same `nbytes` (a float32 tensor), counting bytes read + written,
+    timed as the cells are; the floor is the best round so far. The main table takes a round before its first row
+    and one after each row, so the rounds are interleaved with the cells over the whole run."""
+
+    def __init__(self, nbytes, device, reps):
+        self.nbytes, self.device, self.reps = nbytes, device, reps
+        self.record = {"kind": "copy", "scope": "run", "bytes": nbytes, "rounds_gbps": [], "gbps": None}
+        COPY_RECORDS.append(self.record)
+
+    def measure(self):
+        """One more round; returns the best rate so far."""
+        src = torch.randn(max(1, self.nbytes // 4), device=self.device)
+        dst = torch.empty_like(src)
+        ms = time_ms(lambda: dst.copy_(src), self.device, self.reps)
+        del src, dst
+        release(self.device)
+        self.record["rounds_gbps"].append(gbps(2 * self.nbytes, ms))
+        self.record["gbps"] = max(self.record["rounds_gbps"])
+        return self.record["gbps"]
+
+
+SIZE_COPY_RATES = {}  # (bytes, graph) -> GB/s, the sweep's floor per size
+
+
+def size_copy_gbps(nbytes, device, reps, graph=False):
+    """The sweep's floor at one size: a float32 copy of nbytes, timed the same way as the op at that size (graph:
+    see time_ms); measured once per (bytes, graph). Keyed by bytes, so a float32 and a bfloat16 cell of the same
+    bytes share it."""
     key = (nbytes, graph)
-    if key not in COPY_RATES:
-        record = {"kind": "copy", "bytes": nbytes, "graph": graph}
-        for dtype in (torch.float32, torch.float16):
-            src = torch.randn(max(1, nbytes // dtype.itemsize), device=device, dtype=dtype)
-            dst = torch.empty_like(src)
-            ms = time_ms(lambda: dst.copy_(src), device, reps, graph)
-            record[f"{dtype_name(dtype)}_gbps"] = gbps(2 * src.numel() * src.element_size(), ms)
-            del src, dst
-            release(device)
-        record["gbps"] = max(record["float32_gbps"], record["float16_gbps"])
-        COPY_RATES[key] = record
-        print(
-            f"copy floor for {fmt_bytes(nbytes)}{' (CUDA graph)' if graph else ''}: "
-            f"float32 {record['float32_gbps']:.0f} GB/s, float16 {record['float16_gbps']:.0f} GB/s",
-            flush=True,
-        )
-    return COPY_RATES[key]["gbps"]
+    if key not in SIZE_COPY_RATES:
+        src = torch.randn(max(1, nbytes // 4), device=device)
+        dst = torch.empty_like(src)
+        rate = gbps(2 * src.numel() * 4, time_ms(lambda: dst.copy_(src), device, reps, graph))
+        del src, dst
+        release(device)
+        SIZE_COPY_RATES[key] = rate
+        COPY_RECORDS.append({"kind": "copy", "scope": "size", "bytes": nbytes, "graph": graph, "gbps": rate})
+        print(f"copy floor for {fmt_bytes(nbytes)}{' (CUDA graph)' if graph else ''}: {rate:.0f} GB/s", flush=True)
+    return SIZE_COPY_RATES[key]
 
 
-def bytes_moved(op, impl, direction, numel, itemsize):
+def apply_copy_floor(record, rate):
+    """Sets the record's copy_gbps and every implementation's % of copy from rate."""
+    record["copy_gbps"] = rate
+    for impl in ("ours", "torch", "compile"):
+        if f"{impl}_gbps" in record:
+            value = record[f"{impl}_gbps"]
+            record[f"{impl}_pct_copy"] = None if value is None else 100 * value / rate
+
+
+def bytes_moved(saves, impl, direction, numel, itemsize):
     """The fewest bytes one pass must read and write. What the forward saves for the backward is the input or the
-    output (no extra bytes) except for our ReLU, which also writes a 1-bit mask and reads it back instead of a
-    full tensor. torch.compile's rows are counted as torch's."""
+    output (no extra bytes) except for ops whose backward needs only the sign of a comparison (saves == "mask"):
+    ours writes a 1-bit mask and reads it back instead of a full tensor. torch's rows (and torch.compile's, and
+    KernelBench's expressions) are counted with a full saved tensor, the least torch's own op can do."""
     tensor = numel * itemsize
-    mask = op == "relu" and impl == "ours"
+    mask = saves == "mask" and impl == "ours"
     saved = (numel + 7) // 8 if mask else tensor
     forward = 2 * tensor  # read x, write y (the timed forward runs without grad: no mask)
     backward = 2 * tensor + saved  # read grad and the saved tensor, write grad_in
@@ -206,7 +357,7 @@ def gbps(nbytes, ms):
 
 
 # ---------------------------------------------------------------------------------------------------------------
-# One cell: (op, dtype, size, direction) for every implementation
+# One cell: (row, dtype, size, direction) for every implementation
 
 
 def make_pass(fn, x, g, direction):
@@ -258,11 +409,12 @@ def step_memory(fn, x, g, device):
     """{name: bytes} of a step's memory: its peak with the caller's gradient (the timed step), its peak inside a
     network, and what the autograd graph keeps alive once the forward's output is dropped.
 
-    The timed step's peak holds y and grad_in either way, and our ReLU's mask too. Inside a network the gradient
-    reaching the layer is a temporary that only autograd holds: here (fn(x) * 2).sum() and its backward, where
-    our backward writes grad_in into that temporary while torch's allocates it. What the graph keeps is what the
-    saved tensor costs a network whose next layer does not keep y: torch's ReLU keeps y (n elements), ours a mask
-    (n/8 bytes); ELU and SELU, torch's and ours, keep the input, which is alive anyway (0 here)."""
+    The timed step's peak holds y and grad_in either way, and our mask too where the op saves one. Inside a
+    network the gradient reaching the layer is a temporary that only autograd holds: here (fn(x) * 2).sum() and
+    its backward, where our backward may write grad_in into that temporary while torch's allocates it. What the
+    graph keeps is what the saved tensor costs a network whose next layer does not keep y: torch's ReLU keeps y
+    (n elements), ours a mask (n/8 bytes); an op that keeps its input keeps a tensor that is alive anyway (0
+    here)."""
     memory = {"step_peak": peak_bytes(make_pass(fn, x, g, "step"), device)}
 
     def network_step():
@@ -279,26 +431,29 @@ def step_memory(fn, x, g, device):
     return memory
 
 
-def run_cell(record, impls, x, g, device, reps, graphs=False):
-    """Checks ours (and torch.compile) against torch, then times each implementation; fills record. With graphs
-    (the sweep), a CUDA forward of up to GRAPH_MAX_BYTES is timed through CUDA graphs (see time_ms) and as plain
-    calls (the *_calls_ms numbers), in GRAPH_ROUNDS rounds that alternate the implementations, each keeping its
-    best round."""
-    op, direction = record["op"], record["direction"]
+def run_cell(record, row, impls, x, g, device, reps, copy_rate, graphs=False):
+    """Checks ours (and torch.compile) against torch's op, then times each implementation; fills record. With
+    graphs (the sweep), a CUDA forward of up to GRAPH_MAX_BYTES is timed through CUDA graphs (see time_ms) and as
+    plain calls (the *_calls_ms numbers), in GRAPH_ROUNDS rounds that alternate the implementations, each keeping
+    its best round. copy_rate: the floor for % of copy, None for the sweep's floor of this size."""
+    direction = record["direction"]
     numel, itemsize = x.numel(), x.element_size()
     graph = graphs and device.type == "cuda" and direction == "forward" and numel * itemsize <= GRAPH_MAX_BYTES
     record["timing"] = "cuda graph" if graph else "calls"
-    record["copy_gbps"] = copy_rate = copy_gbps(numel * itemsize, device, reps, graph)
-    reference = make_pass(impls["torch"], x, g, direction)()
+    if copy_rate is None:
+        copy_rate = size_copy_gbps(numel * itemsize, device, reps, graph)
+    reference = make_pass(row.reference, x, g, direction)()
     best = {}  # impl -> [ms, plain-calls ms]
     for round_ in range(GRAPH_ROUNDS if graph else 1):
-        for impl, fn in impls.items():
+        for impl, fn in impls.items() if round_ % 2 == 0 else reversed(impls.items()):
             if round_ and impl not in best:
                 continue  # it failed in the first round (torch.compile)
             try:
                 run = make_pass(fn, x, g, direction)
+                # torch's own op is the reference; a KernelBench expression is not checked (in 16-bit its
+                # intermediate roundings differ from the op's by more than the tolerance).
                 if round_ == 0 and impl != "torch":
-                    check_close(run(), reference, f"{impl} {op} {record['dtype']} {direction}")
+                    check_close(run(), reference, f"{impl} {row.name} {record['dtype']} {direction}")
                 times = [time_ms(run, device, reps, graph), time_ms(run, device, reps) if graph else None]
                 if round_ == 0 and direction == "step" and device.type == "cuda":
                     for what, nbytes in step_memory(fn, x, g, device).items():
@@ -306,7 +461,7 @@ def run_cell(record, impls, x, g, device, reps, graphs=False):
             except Exception as error:  # torch.compile may fail on a given torch/GPU: a note, not the end of the run
                 if impl != "compile":
                     raise
-                record["compile_error"] = f"{type(error).__name__}: {error}".splitlines()[0][:300]
+                record["compile_error"] = error_text(error)
                 continue
             finally:
                 run = None  # drops the backward's graph before the next implementation builds its own
@@ -316,18 +471,11 @@ def run_cell(record, impls, x, g, device, reps, graphs=False):
             best[impl] = times
     for impl in impls:
         ms, calls_ms = best.get(impl, (None, None))
-        nbytes = bytes_moved(op, impl, direction, numel, itemsize)
-        rate = gbps(nbytes, ms)
-        record.update(
-            {
-                f"{impl}_ms": ms,
-                f"{impl}_bytes": nbytes,
-                f"{impl}_gbps": rate,
-                f"{impl}_pct_copy": None if rate is None else 100 * rate / copy_rate,
-            }
-        )
+        nbytes = bytes_moved(row.saves, impl, direction, numel, itemsize)
+        record.update({f"{impl}_ms": ms, f"{impl}_bytes": nbytes, f"{impl}_gbps": gbps(nbytes, ms)})
         if graph:
             record[f"{impl}_calls_ms"] = calls_ms
+    apply_copy_floor(record, copy_rate)
     ours, theirs = record["ours_ms"], record["torch_ms"]
     record["speedup"] = theirs / ours if ours and theirs else None
     if graph:
@@ -336,7 +484,7 @@ def run_cell(record, impls, x, g, device, reps, graphs=False):
 
 
 def compiled(fn):
-    """torch.compile(fn) on an empty dynamo cache, so one compiled function per (op, dtype) never meets the
+    """torch.compile(fn) on an empty dynamo cache, so one compiled function per (row, dtype) never meets the
     recompile limit. Most failures surface at the first call, where run_cell notes them."""
     try:
         torch._dynamo.reset()
@@ -349,35 +497,45 @@ def compiled(fn):
         return unavailable
 
 
-def run_cells(ops, dtypes, shapes, directions, device, reps, with_compile, graphs=False):
-    """Every cell, one progress line as each finishes; returns the records. graphs: see run_cell."""
+def run_cells(rows, dtypes, shapes, directions, device, reps, with_compile, floor=None):
+    """Every cell, one progress line as each finishes; returns the records. With a CopyFloor (the main table), one
+    copy round runs after each row and every cell's % of copy is set from the final floor at the end; without one
+    (the sweep), cells are related to a copy of their own size and timed through CUDA graphs where run_cell says."""
     records = []
-    total, done = len(ops) * len(dtypes) * len(shapes) * len(directions), 0
-    for op in ops:
-        ours, theirs = OPS[op]
+    total, done = len(rows) * len(dtypes) * len(shapes) * len(directions), 0
+    for row in rows:
         for dtype in dtypes:
             for shape in shapes:
-                impls = {"torch": theirs, "ours": ours}  # torch first: its result is the reference
+                impls = {"torch": row.torch, "ours": row.ours}  # torch first: the rounds alternate from there
                 if with_compile:
-                    impls["compile"] = compiled(theirs)
+                    impls["compile"] = compiled(row.torch)
                 x = torch.randn(shape, device=device, dtype=dtype)
                 # The incoming gradient is uniform in [-1, 1): a backward's rounding error scales with |g|, so with
                 # |g| <= 1 the check's tolerance bounds the error of the derivative itself, as it bounds the
                 # forward's.
                 g = torch.rand_like(x).mul_(2).sub_(1) if set(directions) != {"forward"} else None
                 for direction in directions:
-                    record = {"kind": "cell", "op": op, "dtype": dtype_name(dtype), "direction": direction,
-                              "numel": x.numel(), "shape": list(x.shape)}
+                    record = {"kind": "cell", "op": row.name, "params": row.params, "dtype": dtype_name(dtype),
+                              "direction": direction, "numel": x.numel(), "shape": list(x.shape)}
                     try:
-                        run_cell(record, impls, x, g, device, reps, graphs)
+                        run_cell(record, row, impls, x, g, device, reps, floor and floor.record["gbps"],
+                                 graphs=floor is None)
                     except torch.cuda.OutOfMemoryError:
                         record["error"] = "out of memory"
+                    except Exception as error:  # a mismatch or a failing kernel: reported, the run goes on
+                        record["error"], record["failed"] = error_text(error), True
                     release(device)
                     records.append(record)
                     done += 1
                     print(f"[{done:>3}/{total}] {progress_line(record)}", flush=True)
                 del x, g
                 release(device)
+        if floor is not None:
+            floor.measure()
+    if floor is not None:
+        for record in records:
+            if "copy_gbps" in record:
+                apply_copy_floor(record, floor.record["gbps"])
     return records
 
 
@@ -385,29 +543,333 @@ def run_cells(ops, dtypes, shapes, directions, device, reps, with_compile, graph
 # Small-call overhead
 
 
-def run_overhead(ops, device):
+def run_overhead(rows, device):
     """Wall-clock time per call at 1024 float32 elements, with and without requires_grad: here the dispatcher,
     autograd and launch costs are the whole cost. Best of a few rounds of many calls. The torch.ops column is
     torch's own op entered the way every custom operator is entered from Python: the floor for ours."""
     records = []
-    for op in ops:
-        ours, theirs = OPS[op]
+    for row in rows:
         for requires_grad in (False, True):
             x = torch.randn(OVERHEAD_NUMEL, device=device).requires_grad_(requires_grad)
-            record = {"kind": "overhead", "op": op, "dtype": "float32", "numel": OVERHEAD_NUMEL}
+            record = {"kind": "overhead", "op": row.name, "dtype": "float32", "numel": OVERHEAD_NUMEL}
             record["requires_grad"] = requires_grad
-            for impl, fn in (("ours", ours), ("torch", theirs), ("torch_ops", TORCH_OPS_PATH[op])):
+            for impl, fn in (("ours", row.ours), ("torch", row.torch), ("torch_ops", row.torch_op)):
+                if fn is None:
+                    record[f"{impl}_us"] = None
+                    continue
                 sample_ms(lambda: fn(x), device, OVERHEAD_CALLS // 10, 1, wall_clock=True)  # warm-up
                 best = min(sample_ms(lambda: fn(x), device, OVERHEAD_CALLS, OVERHEAD_ROUNDS, wall_clock=True))
                 record[f"{impl}_us"] = best * 1e3
             record["ratio"] = record["ours_us"] / record["torch_us"]
             records.append(record)
             print(
-                f"overhead {op:<5} requires_grad={requires_grad!s:<5} ours {record['ours_us']:.2f} us, "
-                f"torch {record['torch_us']:.2f} us, torch via torch.ops {record['torch_ops_us']:.2f} us, "
+                f"overhead {row.name:<5} requires_grad={requires_grad!s:<5} ours {record['ours_us']:.2f} us, "
+                f"torch {record['torch_us']:.2f} us, torch via torch.ops {fmt(record['torch_ops_us'], '.2f', ' us')}, "
                 f"ours/torch {record['ratio']:.2f}",
                 flush=True,
             )
+    return records
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# vmap (--vmap)
+
+VMAP_SHAPE = {"cuda": (64, 2**16), "cpu": (64, 2**12)}
+VMAP_TARGET = 1.2  # ours/torch under vmap: within this
+
+
+@contextlib.contextmanager
+def captured_fd2(into):
+    """Points file descriptor 2 at the file `into` for the block: C++ warnings (TORCH_WARN) raised where no
+    Python warning handler is installed, e.g. inside a call through torch.ops, are printed there directly."""
+    sys.stderr.flush()
+    saved = os.dup(2)
+    os.dup2(into.fileno(), 2)
+    try:
+        yield
+    finally:
+        sys.stderr.flush()
+        os.dup2(saved, 2)
+        os.close(saved)
+
+
+def call_warnings(fn, x):
+    """The warnings one call fn(x) raises: Python warnings, as errors (simplefilter("error"): the first one stops
+    the call), and whatever C++ prints to stderr meanwhile (functorch's fallback warning for an operator without
+    a vmap rule: "There is a performance drop because we have not yet implemented the batching rule ...")."""
+    found = []
+    torch._C._functorch._set_vmap_fallback_warning_enabled(True)
+    with tempfile.TemporaryFile() as log, warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with captured_fd2(log):
+            try:
+                fn(x)
+            except Warning as warning:
+                found.append(f"{type(warning).__name__}: {warning}")
+        log.seek(0)
+        # C++ prefixes a warning with "[W<date> <time> <file>:<line>] Warning: "; the message is what matters.
+        lines = log.read().decode(errors="replace").splitlines()
+        found += [line.split("] Warning: ", 1)[-1].strip() for line in lines if line.strip()]
+    return found
+
+
+def run_vmap(rows, device, reps):
+    """torch.func.vmap(ours) against torch.func.vmap(torch's function) over a batch of rows, for every op row (the
+    KernelBench expression rows time torch's composite, not an op of ours: left out)."""
+    records = []
+    x = torch.randn(VMAP_SHAPE[device.type], device=device)
+    for row in (r for r in rows if not r.expression):
+        record = {"kind": "vmap", "op": row.name, "params": row.params, "dtype": "float32", "shape": list(x.shape)}
+        ours, theirs = torch.func.vmap(row.ours), torch.func.vmap(row.torch)
+        try:
+            record["warnings"] = call_warnings(ours, x)
+            # Checked and timed with the fallback warning off: a fallback would print one line per call.
+            torch._C._functorch._set_vmap_fallback_warning_enabled(False)
+            check_close((ours(x),), (torch.func.vmap(row.reference)(x),), f"vmap {row.name}")
+            best = best_of_rounds({"torch": lambda: theirs(x), "ours": lambda: ours(x)}, device, reps, GRAPH_ROUNDS)
+            record.update({"ours_ms": best["ours"], "torch_ms": best["torch"], "ratio": best["ours"] / best["torch"]})
+        except Exception as error:
+            record["error"], record["failed"] = error_text(error), True
+        finally:
+            torch._C._functorch._set_vmap_fallback_warning_enabled(True)  # torch's default
+        records.append(record)
+        if "error" in record:
+            line = record["error"]
+        else:
+            line = (f"ours {record['ours_ms'] * 1e3:.1f} us, torch {record['torch_ms'] * 1e3:.1f} us, "
+                    f"ours/torch {record['ratio']:.2f}")
+        found = record.get("warnings")
+        warned = f"; {len(found)} warning(s): {found[0][:160]}" if found else ""
+        print(f"vmap {row.name}: {line}{warned}", flush=True)
+    return records
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# KernelBench's timing (--kernelbench)
+
+KERNELBENCH_TRIALS = 100  # KernelBench's num_perf_trials; --reps overrides
+KERNELBENCH_WARMUP = 3
+KERNELBENCH_ROUNDS = 5  # the trials of each model come in this many blocks, ours and the reference alternating
+L2_FLUSH_SHAPE = (32, 1024, 1024)  # int64: 256 MB, KernelBench's clear_l2_cache (the H100's L2 is 50 MB)
+CPU_KERNELBENCH_SHAPE = (64, 2**16)
+
+
+def flush_l2(device):
+    """KernelBench's clear_l2_cache: fill a 256 MB tensor, so that no line of the last call's data stays cached."""
+    dummy = torch.empty(L2_FLUSH_SHAPE, dtype=torch.int64, device=device)
+    dummy.fill_(42)
+    del dummy
+
+
+def kernelbench_trial(model, inputs, device):
+    """One trial of KernelBench's time_execution_with_cuda_event: milliseconds of one call after an L2 flush,
+    between two CUDA events (wall clock on the CPU), with the device idle before it."""
+    synchronize(device)
+    if device.type == "cuda":
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        flush_l2(device)
+        start.record()
+        model(*inputs)
+        end.record()
+        torch.cuda.synchronize(device)
+        return start.elapsed_time(end)
+    flush_l2(device)
+    begin = time.perf_counter()
+    model(*inputs)
+    return (time.perf_counter() - begin) * 1e3
+
+
+def kernelbench_times(models, inputs, device, trials):
+    """{name: [ms, ...]}: `trials` KernelBench trials of each model, after KernelBench's warm-up, in
+    KERNELBENCH_ROUNDS blocks that alternate the models (and their order), the first trial of each block dropped
+    as KernelBench drops its first."""
+    for model in models.values():
+        for _ in range(KERNELBENCH_WARMUP):
+            model(*inputs)
+            synchronize(device)
+    release(device)  # KernelBench empties the allocator's cache after its warm-up
+    rounds = min(KERNELBENCH_ROUNDS, trials)
+    times = {name: [] for name in models}
+    for round_ in range(rounds):
+        count = trials // rounds + (round_ < trials % rounds)
+        for name in list(models) if round_ % 2 == 0 else list(models)[::-1]:
+            block = [kernelbench_trial(models[name], inputs, device) for _ in range(count + 1)]
+            times[name] += block[1:]
+    return times
+
+
+def no_grad_call(model, inputs):
+    """model(*inputs) under no_grad: the main table's forward."""
+
+    def call():
+        with torch.no_grad():
+            return model(*inputs)
+
+    return call
+
+
+def kernelbench_problems(ops=None):
+    """Every KernelBench problem (activations.PROBLEMS), or those of the ops named (each row's .kernelbench)."""
+    if not ops:
+        return list(activations.PROBLEMS)
+    wanted = {activations.OPS[op].kernelbench for op in ops}
+    return [problem for problem in activations.PROBLEMS if problem in wanted]
+
+
+def run_kernelbench(problems, device, trials, reps):
+    """The problems under KernelBench's timing, and under bench.py's (the main table's forward: `reps`
+    back-to-back samples under no_grad, no flush)."""
+    records = []
+    for problem in problems:
+        harness = activations.kernelbench(problem)
+        record = {"kind": "kernelbench", "problem": problem, "trials": trials}
+        try:
+            init_inputs = harness.get_init_inputs()
+            models = {"ours": harness.ModelNew(*init_inputs), "torch": harness.Model(*init_inputs)}
+            models = {name: model.to(device) for name, model in models.items()}
+            torch.manual_seed(0)
+            if device.type == "cuda":
+                with device:  # the problem's own get_inputs(), drawn on the GPU: seconds of host time saved
+                    inputs = [t.to(device) for t in harness.get_inputs()]
+            else:
+                inputs = [torch.randn(CPU_KERNELBENCH_SHAPE)]
+            record.update({"shape": list(inputs[0].shape), "dtype": dtype_name(inputs[0].dtype)})
+            with torch.no_grad():
+                check_close((models["ours"](*inputs),), (models["torch"](*inputs),), f"kernelbench {problem}")
+            release(device)
+            times = kernelbench_times(models, inputs, device, trials)
+            for name, samples in times.items():
+                record[f"{name}_mean_ms"] = statistics.fmean(samples)
+                record[f"{name}_median_ms"] = statistics.median(samples)
+                record[f"{name}_min_ms"] = min(samples)
+            record["speedup_mean"] = record["torch_mean_ms"] / record["ours_mean_ms"]  # KernelBench's speedup
+            record["speedup_median"] = record["torch_median_ms"] / record["ours_median_ms"]
+            for name, model in models.items():
+                record[f"bench_{name}_ms"] = time_ms(no_grad_call(model, inputs), device, reps)
+            record["bench_speedup"] = record["bench_torch_ms"] / record["bench_ours_ms"]
+        except torch.cuda.OutOfMemoryError:
+            record["error"] = "out of memory"
+        except Exception as error:
+            record["error"], record["failed"] = error_text(error), True
+        finally:
+            models = inputs = None
+            release(device)
+        records.append(record)
+        if "error" in record:
+            print(f"kernelbench {problem}: {record['error']}", flush=True)
+        else:
+            print(
+                f"kernelbench {problem}: mean ours {record['ours_mean_ms']:.4f} ms, reference "
+                f"{record['torch_mean_ms']:.4f} ms, speedup {record['speedup_mean']:.3f}x (median "
+                f"{record['speedup_median']:.3f}x); bench.py's method {record['bench_speedup']:.3f}x",
+                flush=True,
+            )
+    return records
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# Training steps of small networks (--models)
+
+# op -> torch's module, at its defaults; activations.swap_activations replaces it with ours.
+TORCH_MODULES = {
+    "relu": nn.ReLU, "leaky_relu": nn.LeakyReLU, "elu": nn.ELU, "selu": nn.SELU, "sigmoid": nn.Sigmoid,
+    "tanh": nn.Tanh, "silu": nn.SiLU, "gelu": nn.GELU, "hardsigmoid": nn.Hardsigmoid, "softplus": nn.Softplus,
+    "softsign": nn.Softsign, "hardtanh": nn.Hardtanh, "relu6": nn.ReLU6, "mish": nn.Mish,
+}
+CONV_ACTIVATIONS = ("relu", "leaky_relu", "elu", "selu", "silu", "gelu", "mish")
+MODEL_ACTIVATIONS = {"mlp": CONV_ACTIVATIONS, "cnn": CONV_ACTIVATIONS, "transformer": ("gelu", "silu")}
+# The input of each model: (batch, features) for mlp and transformer (d = features), NCHW for cnn. On the CPU
+# everything is scaled down so that a step takes milliseconds.
+MODEL_SHAPES = {
+    "cuda": {"mlp": (8192, 4096), "cnn": (64, 64, 64, 64), "transformer": (8192, 1024)},
+    "cpu": {"mlp": (256, 256), "cnn": (8, 16, 16, 16), "transformer": (256, 64)},
+}
+CNN_LAYERS = 4
+MODEL_MODES = ("eager", "compiled")
+MODEL_SAMPLES, MODEL_ROUNDS = 10, 3  # each round the median of MODEL_SAMPLES steps
+MODEL_TOLERANCE = 2e-2  # relative error of the two models' bfloat16 outputs
+
+
+def build_model(kind, activation, shape):
+    """The model `kind` with torch's activation module `activation`, for inputs of `shape`."""
+    width = shape[1]
+    if kind == "mlp":
+        return nn.Sequential(nn.Linear(width, width), activation(), nn.Linear(width, width))
+    if kind == "transformer":  # a transformer's MLP block
+        return nn.Sequential(nn.Linear(width, 4 * width), activation(), nn.Linear(4 * width, width))
+    layers = []
+    for _ in range(CNN_LAYERS):
+        layers += [nn.Conv2d(width, width, 3, padding=1, bias=False), nn.BatchNorm2d(width), activation()]
+    return nn.Sequential(*layers).to(memory_format=torch.channels_last)
+
+
+def training_step(model, x, device):
+    """One training step of model on x: forward and loss under bfloat16 autocast, backward, SGD, zero_grad."""
+    optimizer = torch.optim.SGD(model.parameters(), lr=1e-4, momentum=0.9)
+
+    def step():
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss = model(x).float().square().mean()
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def relative_error(ours, theirs, x, device):
+    """||ours(x) - theirs(x)|| / ||theirs(x)|| of the two models' outputs under the autocast of the step."""
+    with torch.no_grad(), torch.autocast(device.type, dtype=torch.bfloat16):
+        a, b = ours(x).float(), theirs(x).float()
+    return ((a - b).norm() / b.norm()).item()
+
+
+def run_models(device, modes, ops=None):
+    """Each model with each of its activations (those in activations.OPS and ops): torch's modules against a deep
+    copy with ours swapped in, in each mode, torch's and ours alternating in MODEL_ROUNDS rounds."""
+    records = []
+    for kind, names in MODEL_ACTIVATIONS.items():
+        shape = MODEL_SHAPES[device.type][kind]
+        for name in (n for n in names if n in activations.OPS and (not ops or n in ops)):
+            torch.manual_seed(0)
+            theirs = build_model(kind, TORCH_MODULES[name], shape).to(device)
+            ours = copy.deepcopy(theirs)
+            swapped = activations.swap_activations(ours)
+            x = torch.randn(shape, device=device)
+            if kind == "cnn":
+                x = x.to(memory_format=torch.channels_last)
+            for mode in modes:
+                record = {"kind": "model", "model": kind, "activation": name, "mode": mode, "shape": list(shape)}
+                try:
+                    if not swapped:
+                        raise RuntimeError(f"activations.swap_activations replaced no module of {kind} with {name}")
+                    if mode == "eager":  # the same weights still: the outputs must agree
+                        record["rel_error"] = relative_error(ours, theirs, x, device)
+                        if not record["rel_error"] <= MODEL_TOLERANCE:
+                            raise AssertionError(f"outputs differ: relative error {record['rel_error']:.3g}")
+                    models = {"torch": theirs, "ours": ours}
+                    if mode == "compiled":
+                        torch._dynamo.reset()  # a fresh cache for each pair (the recompile limit)
+                        models = {impl: torch.compile(model) for impl, model in models.items()}
+                    steps = {impl: training_step(model, x, device) for impl, model in models.items()}
+                    best = best_of_rounds(steps, device, MODEL_SAMPLES, MODEL_ROUNDS)
+                    record.update({"torch_ms": best["torch"], "ours_ms": best["ours"]})
+                    record["ratio"] = best["ours"] / best["torch"]
+                except torch.cuda.OutOfMemoryError:
+                    record["error"] = "out of memory"
+                except Exception as error:
+                    record["error"] = error_text(error)
+                    record["failed"] = mode == "eager"  # a torch.compile failure is a note, as in the main table
+                finally:
+                    models = steps = None
+                    release(device)
+                records.append(record)
+                what = record["error"] if "error" in record else (
+                    f"torch {record['torch_ms']:.3f} ms, ours {record['ours_ms']:.3f} ms, "
+                    f"ours/torch {record['ratio']:.3f}")
+                print(f"model {kind} {name} {mode}: {what}", flush=True)
+            del theirs, ours, x
+            release(device)
     return records
 
 
@@ -526,7 +988,10 @@ def print_cells(records, title):
     sized = len({r["numel"] for r in records}) > 1
     headers = ["op", "dtype", "direction"] + (["elements"] if sized else [])
     headers += [f"{impl} ms" for impl in impls]
-    headers += ["torch/ours", "ours GB/s", "ours % copy", "torch % copy", "copy GB/s"]
+    headers += ["torch/ours", "ours GB/s", "ours % copy", "torch % copy"]
+    floors = {r.get("copy_gbps") for r in records if "copy_gbps" in r}
+    per_size = len(floors) > 1
+    headers += ["copy GB/s"] if per_size else []
     graphs = any(r.get("timing") == "cuda graph" for r in records)
     headers += ["timing", "plain calls torch/ours"] if graphs else []
     rows = []
@@ -534,9 +999,11 @@ def print_cells(records, title):
         row = [r["op"], r["dtype"], r["direction"]] + ([fmt_size(r["numel"])] if sized else [])
         row += [fmt(r.get(f"{impl}_ms"), ".4f" if graphs else ".3f") for impl in impls]
         row += [fmt(r.get("speedup"), ".2f", "x"), fmt(r.get("ours_gbps"), ".0f"), fmt(r.get("ours_pct_copy"), ".1f")]
-        row += [fmt(r.get("torch_pct_copy"), ".1f"), fmt(r.get("copy_gbps"), ".0f")]
+        row += [fmt(r.get("torch_pct_copy"), ".1f")] + ([fmt(r.get("copy_gbps"), ".0f")] if per_size else [])
         row += [r.get("timing", ""), fmt(r.get("calls_speedup"), ".2f", "x")] if graphs else []
         rows.append(row)
+    if len(floors) == 1:
+        title += f"; % copy of the run's copy floor, {fmt(floors.pop(), '.0f')} GB/s"
     print_table(title, headers, rows)
     if graphs:
         print(
@@ -546,7 +1013,8 @@ def print_cells(records, title):
         )
     for r in records:
         if "compile_error" in r or "error" in r:
-            print(f"  note: {r['op']} {r['dtype']} {r['direction']}: {r.get('error') or r['compile_error']}")
+            label = "FAILED" if r.get("failed") else "note"
+            print(f"  {label}: {r['op']} {r['dtype']} {r['direction']}: {r.get('error') or r['compile_error']}")
 
 
 def print_memory(records):
@@ -574,12 +1042,80 @@ def print_memory(records):
 
 def print_overhead(records):
     rows = [
-        [r["op"], str(r["requires_grad"]), f"{r['ours_us']:.2f}", f"{r['torch_us']:.2f}", f"{r['torch_ops_us']:.2f}",
-         f"{r['ratio']:.2f}"]
+        [r["op"], str(r["requires_grad"]), f"{r['ours_us']:.2f}", f"{r['torch_us']:.2f}",
+         fmt(r["torch_ops_us"], ".2f"), f"{r['ratio']:.2f}"]
         for r in records
     ]
     title = f"Time per call at {OVERHEAD_NUMEL} float32 elements (wall clock, best of {OVERHEAD_ROUNDS} rounds)"
     print_table(title, ["op", "requires_grad", "ours us", "torch us", "torch via torch.ops us", "ours/torch"], rows)
+
+
+def print_vmap(records):
+    rows = []
+    for r in records:
+        if "error" in r:
+            rows.append([r["op"], "n/a", "n/a", "n/a", "FAILED", str(len(r.get("warnings", [])))])
+            continue
+        within = "yes" if r["ratio"] <= VMAP_TARGET else "NO"
+        rows.append([r["op"], f"{r['ours_ms'] * 1e3:.1f}", f"{r['torch_ms'] * 1e3:.1f}", f"{r['ratio']:.2f}", within,
+                     str(len(r["warnings"]))])
+    shape = " x ".join(map(str, records[0]["shape"])) if records else ""
+    title = (f"torch.func.vmap over {shape} float32: time per call (medians of samples, CUDA events on the GPU, "
+             f"short calls batched; best of {GRAPH_ROUNDS} alternating rounds)")
+    print_table(title, ["op", "ours us", "torch us", "ours/torch", f"within {VMAP_TARGET}x", "warnings"], rows)
+    for r in records:
+        for text in ([r["error"]] if "error" in r else []) + r.get("warnings", [])[:1]:
+            print(f"  {r['op']}: {text[:300]}")
+
+
+def print_kernelbench(records):
+    headers = ["problem", "ours mean", "ours median", "ours min", "ref mean", "ref median", "ref min",
+               "ref/ours mean", "ref/ours median", "bench.py ours", "bench.py ref", "bench.py ref/ours"]
+    rows = []
+    for r in records:
+        if "error" in r:
+            rows.append([r["problem"]] + ["n/a"] * (len(headers) - 1))
+            continue
+        row = [r["problem"]]
+        row += [f"{r[f'{who}_{stat}_ms']:.4f}" for who in ("ours", "torch") for stat in ("mean", "median", "min")]
+        row += [f"{r['speedup_mean']:.3f}x", f"{r['speedup_median']:.3f}x"]
+        row += [f"{r['bench_ours_ms']:.4f}", f"{r['bench_torch_ms']:.4f}", f"{r['bench_speedup']:.3f}x"]
+        rows.append(row)
+    done = [r for r in records if "error" not in r]
+    what = f"{' x '.join(map(str, done[0]['shape']))} {done[0]['dtype']}, " if done else ""
+    print_table(
+        f"KernelBench's timing ({what}{records[0]['trials'] if records else 0} trials each: L2 flushed by a 256 MB "
+        "fill, one call between two CUDA events (wall clock on the CPU), synchronized; mean is KernelBench's score) "
+        "against bench.py's (medians of back-to-back calls under no_grad), ms",
+        headers,
+        rows,
+    )
+    for r in records:
+        if "error" in r:
+            print(f"  {r['problem']}: {r['error']}")
+
+
+def print_models(records):
+    headers = ["model", "activation", "mode", "torch ms", "ours ms", "ours/torch", "rel. error"]
+    rows = []
+    for r in records:
+        if "error" in r:
+            rows.append([r["model"], r["activation"], r["mode"], "n/a", "n/a", "FAILED" if r.get("failed") else "n/a",
+                         fmt(r.get("rel_error"), ".1e")])
+            continue
+        rows.append([r["model"], r["activation"], r["mode"], f"{r['torch_ms']:.3f}", f"{r['ours_ms']:.3f}",
+                     f"{r['ratio']:.3f}", fmt(r.get("rel_error"), ".1e")])
+    shapes = {r["model"]: " x ".join(map(str, r["shape"])) for r in records}
+    print_table(
+        "One training step (bfloat16 autocast, backward, SGD, zero_grad), torch's modules against ours swapped in; "
+        f"best of {MODEL_ROUNDS} alternating rounds of the median of {MODEL_SAMPLES} steps. Inputs: "
+        + ", ".join(f"{kind} {shape}" for kind, shape in shapes.items()),
+        headers,
+        rows,
+    )
+    for r in records:
+        if "error" in r:
+            print(f"  {r['model']} {r['activation']} {r['mode']}: {r['error']}")
 
 
 def plot(records, path):
@@ -641,6 +1177,18 @@ def arguments(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="See the module docstring for more.")
     parser.add_argument("--sweep", action="store_true", help="GB/s over a range of sizes (forward, float32 + bf16)")
     parser.add_argument("--overhead", action="store_true", help="time per call at 1024 elements")
+    parser.add_argument("--vmap", action="store_true", help="torch.func.vmap of every op, ours against torch's")
+    parser.add_argument("--kernelbench", action="store_true", help="KernelBench's problems, timed as KernelBench does")
+    parser.add_argument(
+        "--models",
+        type=lambda t: parse_list(t, MODEL_MODES),
+        nargs="?",
+        const=[],
+        metavar="MODES",
+        help="training steps of an MLP, a CNN and a transformer MLP block; MODES: eager,compiled (default: both on "
+        "the GPU, eager on the CPU)",
+    )
+    parser.add_argument("--main", action="store_true", help="the main run too, beside the sections named")
     parser.add_argument(
         "--build",
         type=int,
@@ -649,20 +1197,26 @@ def arguments(argv):
         metavar="RUNS",
         help="only time a cold build and a cached import in new processes, RUNS times (default 3)",
     )
-    parser.add_argument("--ops", type=lambda t: parse_list(t, list(OPS)), help="e.g. relu,elu (default: all)")
+    parser.add_argument("--ops", type=lambda t: parse_list(t, list(activations.OPS)), help="e.g. relu,gelu")
     parser.add_argument("--dtypes", type=lambda t: parse_list(t, list(DTYPES), DTYPE_ALIASES), help="e.g. bf16,fp16")
     parser.add_argument("--directions", type=lambda t: parse_list(t, DIRECTIONS), help="forward,backward,step")
     parser.add_argument("--sizes", type=parse_sizes, help="element counts, e.g. 1024,1048576 or 2^20")
-    parser.add_argument("--reps", type=int, default=20, help="timed samples per measurement (default 20)")
+    parser.add_argument(
+        "--reps",
+        type=int,
+        help=f"timed samples per measurement (default {DEFAULT_REPS}), and trials per model in --kernelbench "
+        f"(default {KERNELBENCH_TRIALS})",
+    )
     parser.add_argument(
         "--compile",
         action=argparse.BooleanOptionalAction,
-        help="time torch.compile of torch's function too (default: on the GPU, not in --sweep)",
+        help="the main table's torch.compile column (default: on the GPU, not in --sweep); --models has its own "
+        "MODES",
     )
     parser.add_argument("--json", metavar="PATH", help="write every number to PATH")
     parser.add_argument("--plot", metavar="PATH", help="PNG of the sweep's GB/s against size (implies --sweep)")
     args = parser.parse_args(argv)
-    if args.reps < 1:
+    if args.reps is not None and args.reps < 1:
         parser.error("--reps must be at least 1")
     if args.build is not None and args.build < 1:
         parser.error("--build RUNS must be at least 1")
@@ -672,9 +1226,19 @@ def arguments(argv):
     return args
 
 
-def cell_plan(args, on_gpu):
-    """(dtypes, shapes, directions, with_compile) of this run's cells: the defaults, narrowed by the options."""
-    if args.sweep:
+def sections_of(args):
+    """The sections this run runs, in order: those named, and the main run (table, overhead, vmap) when none is
+    named or with --main."""
+    named = [name for name in ("sweep", "overhead", "vmap", "kernelbench") if getattr(args, name)]
+    named += ["models"] if args.models is not None else []
+    sections = ["table", "overhead", "vmap"] if args.main or not named else []
+    return sections + [name for name in named if name not in sections]
+
+
+def cell_plan(args, on_gpu, sweep):
+    """(dtypes, shapes, directions, with_compile) of the table's or the sweep's cells: the defaults, narrowed by
+    the options."""
+    if sweep:
         dtypes, directions = ["float32", "bfloat16"], ["forward"]
         shapes = [(n,) for n in (GPU_SWEEP if on_gpu else CPU_SWEEP)]
     else:
@@ -684,8 +1248,37 @@ def cell_plan(args, on_gpu):
     dtypes = [DTYPES[d] for d in args.dtypes or dtypes]
     shapes = [(n,) for n in args.sizes] if args.sizes else shapes
     # torch.compile builds for minutes on a small CPU, and the sweep compares ours with torch and the copy alone.
-    with_compile = args.compile if args.compile is not None else on_gpu and not args.sweep
+    with_compile = args.compile if args.compile is not None else on_gpu and not sweep
     return dtypes, shapes, args.directions or directions, with_compile
+
+
+def size_text(shapes):
+    if len(shapes) == 1:
+        return " x ".join(map(str, shapes[0]))
+    return f"{fmt_size(min(map(math.prod, shapes)))} to {fmt_size(max(map(math.prod, shapes)))}"
+
+
+def run_table(args, rows, device, name, reps, sweep):
+    """The main table (with the run's copy floor, its memory table) or the sweep; prints it, returns the cells."""
+    dtypes, shapes, directions, with_compile = cell_plan(args, device.type == "cuda", sweep)
+    floor = None
+    if not sweep:
+        floor = CopyFloor(4 * max(map(math.prod, shapes)), device, reps)
+        print(f"copy floor ({fmt_bytes(floor.nbytes)} float32): {floor.measure():.0f} GB/s", flush=True)
+    cells = run_cells(rows, dtypes, shapes, directions, device, reps, with_compile, floor)
+    if floor is not None:
+        rounds = ", ".join(f"{rate:.0f}" for rate in floor.record["rounds_gbps"])
+        print(f"copy floor of this run: {floor.record['gbps']:.0f} GB/s, the best of {rounds}", flush=True)
+    print_cells(cells, f"{'Sweep' if sweep else 'Benchmark'} on {name}: {size_text(shapes)} elements, {reps} samples")
+    print_memory(cells)
+    if sweep and args.plot:
+        plot(cells, args.plot)
+    return cells
+
+
+def write_json(path, run, results):
+    with open(path, "w") as f:
+        json.dump([run, *COPY_RECORDS, *(r for records in results.values() for r in records)], f, indent=1)
 
 
 def main(argv=None):
@@ -708,34 +1301,45 @@ def main(argv=None):
     if not on_gpu:
         print(f"No CUDA GPU here: benchmarking on the CPU ({fmt_size(CPU_NUMEL)} elements unless --sizes says).")
 
-    ops = args.ops or list(OPS)
-    main_run = not (args.sweep or args.overhead)
-    cells, overhead = [], []
-    try:
-        if main_run or args.sweep:
-            dtypes, shapes, directions, with_compile = cell_plan(args, on_gpu)
-            cells = run_cells(ops, dtypes, shapes, directions, device, args.reps, with_compile, graphs=args.sweep)
-        if main_run or args.overhead:
-            overhead = run_overhead(ops, device)
-    except AssertionError as error:
-        sys.exit(f"bench.py: FAILED: ours does not match torch: {error}")
-
+    reps = args.reps or DEFAULT_REPS
+    rows = table_rows(args.ops)
+    sections = sections_of(args)
+    run = {"kind": "run", "device": name, "torch": torch.__version__, "argv": sys.argv[1:], "reps": reps,
+           "sections": sections, "section_seconds": {}}
+    results = {}
+    for section in sections:
+        begin = time.perf_counter()
+        print(f"\n== {section} ==", flush=True)
+        if section in ("table", "sweep"):
+            results[section] = run_table(args, rows, device, name, reps, sweep=section == "sweep")
+        elif section == "overhead":
+            results[section] = run_overhead(rows, device)
+            print_overhead(results[section])
+        elif section == "vmap":
+            results[section] = run_vmap(rows, device, reps)
+            print_vmap(results[section])
+        elif section == "kernelbench":
+            problems = kernelbench_problems(args.ops)
+            results[section] = run_kernelbench(problems, device, args.reps or KERNELBENCH_TRIALS, reps)
+            print_kernelbench(results[section])
+        elif section == "models":
+            modes = args.models or (list(MODEL_MODES) if on_gpu else ["eager"])
+            results[section] = run_models(device, modes, args.ops)
+            print_models(results[section])
+        run["section_seconds"][section] = round(time.perf_counter() - begin, 1)
+        print(f"({section}: {run['section_seconds'][section]:.0f} s)", flush=True)
+        if args.json:  # after every section: a run cut short keeps what it finished
+            write_json(args.json, run, results)
     if args.json:
-        run = {"kind": "run", "device": name, "torch": torch.__version__, "argv": sys.argv[1:], "reps": args.reps}
-        with open(args.json, "w") as f:
-            json.dump([run, *COPY_RATES.values(), *cells, *overhead], f, indent=1)
         print(f"wrote {args.json}")
-    if cells:
-        if len(shapes) == 1:
-            size = " x ".join(map(str, shapes[0]))
-        else:
-            size = f"{fmt_size(min(map(math.prod, shapes)))} to {fmt_size(max(map(math.prod, shapes)))}"
-        print_cells(cells, f"{'Sweep' if args.sweep else 'Benchmark'} on {name}: {size} elements, {args.reps} samples")
-        print_memory(cells)
-    if overhead:
-        print_overhead(overhead)
-    if args.plot:
-        plot(cells, args.plot)
+    failed = [r for records in results.values() for r in records if r.get("failed")]
+    if failed:
+        print(f"\nbench.py: FAILED: {len(failed)} measurement(s) failed their check or raised:", file=sys.stderr)
+        for r in failed:
+            what = " ".join(str(r[key]) for key in ("kind", "op", "problem", "model", "activation", "dtype",
+                                                     "direction", "mode") if key in r)
+            print(f"  {what}: {r['error']}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,6 +1,16 @@
-// torch glue: operator schemas, checks, CPU kernels, the CUDA dispatch and the meta kernels, registered in C++.
-// The math lives in activations.cuh; the CUDA kernels in activations_cuda.cu behind cuda_launch.h; the autograd
-// layer in autograd.cpp (a library of its own, built side by side with this one).
+// torch glue: the operators' schemas (from the op table, op_table.h), their checks and their CPU, CUDA and Meta
+// kernels, registered in C++. The math lives in activations.cuh, the kernels in cpu_kernels.cpp and
+// cuda_kernels.cu behind kernels.h, the autograd layer and the batching rules in autograd.cpp (a library of its
+// own, built side by side with this one).
+//
+// Every operator has one boxed kernel for all activations: it reads its row of the op table by the operator's
+// name. Public operators, one pair per row:
+//   NAME(Tensor x, <torch's parameters>) -> Tensor           NAME_(Tensor(a!) x, <parameters>) -> ()   (in place)
+// Internal ones, shared by all rows (`args`: the functor's arguments, as functor_args makes them; `saved_as`:
+// "mask", "input" or "output"):
+//   forward_with_mask(x, activation, args) -> (y, mask)      forward_with_mask_(x!, activation, args) -> mask
+//   backward(grad_output, saved, activation, args, saved_as) -> grad_input       (backward_: into grad_output)
+//   double_backward(grad_grad, grad_output, saved, activation, args, saved_as) -> the gradient for `saved`
 //
 // Compiled by activations.py with ACTIVATIONS_WITH_CUDA defined when the CUDA part is built.
 
@@ -10,9 +20,9 @@
 #define AT_PER_OPERATOR_HEADERS
 #endif
 #include <ATen/MemoryOverlap.h>
-#include <ATen/Parallel.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/core/stack.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
 #include <c10/core/DeviceGuard.h>
@@ -21,21 +31,18 @@
 #endif
 #include <torch/library.h>
 
-#include <algorithm>
-#include <cmath>
 #include <string>
-#include <tuple>
-#include <type_traits>
 #include <utility>
 
-#include "activations.cuh"
-#include "cuda_launch.h"
+#include "kernels.h"
 #include "layout.h"
+#include "op_args.h"
 
 namespace activations {
 namespace {
 
 using at::Tensor;
+using torch::jit::Stack;
 
 // ---------------------------------------------------------------------------------------------------------------
 // Checks and layout
@@ -63,149 +70,29 @@ void check_same(const Tensor& a, const Tensor& b, const char* op, const char* a_
 // (step slices, expanded dimensions) is copied to a contiguous tensor first.
 Tensor dense(const Tensor& t) { return t.is_non_overlapping_and_dense() ? t : t.contiguous(); }
 
-int64_t mask_bytes(int64_t numel) { return (numel + 7) / 8; }
+// The backward's bits, 8 to a byte (sizes may be symbolic under torch.compile).
+Tensor new_mask(const Tensor& x) { return at::empty_symint({(x.sym_numel() + 7) / 8}, x.options().dtype(at::kByte)); }
 
-// ---------------------------------------------------------------------------------------------------------------
-// CPU kernels: the same functors, over the same memory-order walk as the CUDA kernels.
-
-template <class scalar_t>
-using compute_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
-
-constexpr int64_t kCpuGrain = 1 << 15;
-
-// Calls fn(scalar_t{}) for t's dtype (float, double, at::Half, at::BFloat16).
-template <class Fn>
-void with_scalar_type(const Tensor& t, Fn&& fn) {
-  switch (t.scalar_type()) {
-    case at::kFloat: return fn(float{});
-    case at::kDouble: return fn(double{});
-    case at::kHalf: return fn(at::Half{});
-    case at::kBFloat16: return fn(at::BFloat16{});
-    default: TORCH_CHECK(false, "activations: unreachable dtype ", t.scalar_type());
-  }
+// In place: a tensor whose elements share memory (expanded) cannot be written, as in torch.
+void check_writable(const Tensor& x, const char* op) {
+  TORCH_CHECK(x.is_non_overlapping_and_dense() || at::has_internal_overlap(x) != at::MemOverlap::Yes,
+              "activations.", op, ": unsupported operation: more than one element of the written-to tensor refers",
+              " to a single memory location. Please clone() the tensor before performing the operation.");
 }
 
-// The CPU loops are plain loops over dense memory with branch-free bodies (selects; the float exp and expm1 of
-// activations.cuh are inline), so g++ vectorizes them: -fno-trapping-math lets it evaluate both sides of a
-// select. activations.py defines ACTIVATIONS_CPU_AVX2 on x86-64 machines where torch runs AVX2 kernels; then
-// these loops, and only they, are compiled for AVX2 + FMA + F16C (ELU's float loop ran 3.5x faster than with the
-// SSE2 baseline; the flags on the whole file doubled its compile time). `#pragma GCC ivdep`: `out` is either
-// disjoint from the inputs or the very same memory (in place), never shifted, so no iteration depends on
-// another; without it g++ would test for overlap at run time and run the in-place calls unvectorized.
-#ifdef ACTIVATIONS_CPU_AVX2
-#define ACTIVATIONS_CPU_LOOP __attribute__((target("avx2,fma,f16c")))
-#else
-#define ACTIVATIONS_CPU_LOOP
-#endif
-
-// out[i] = op(in[i]...) for i < n, computed in C (float or double) and rounded once on store.
-template <class C, class Op, class Out, class... In>
-ACTIVATIONS_CPU_LOOP void cpu_loop(int64_t n, Op op, Out* out, const In*... in) {
-#pragma GCC ivdep
-  for (int64_t i = 0; i < n; ++i) out[i] = static_cast<Out>(op(static_cast<C>(in[i])...));
-}
-
-// The widening and rounding loops of cpu_widened: cpu_loop's conversions alone.
-struct Identity {
-  template <class C>
-  C operator()(C v) const { return v; }
-};
-
-// float16 and bfloat16 go through the float loop a block at a time: widened into float buffers, mapped, rounded
-// back. So each op's math (inlined and vectorized) is compiled once for the three dtypes computed in float
-// instead of once per dtype. (In this file as it stands the loops are a small part of the compile time: with
-// every loop body removed, g++ took as long.)
-constexpr int64_t kWidenBlock = 2048;
-
-template <class Op, class scalar_t, class... In, size_t... I>
-void cpu_widened(int64_t n, Op op, scalar_t* out, std::index_sequence<I...>, const In*... in) {
-  float inputs[sizeof...(In)][kWidenBlock];
-  float result[kWidenBlock];
-  for (int64_t first = 0; first < n; first += kWidenBlock) {
-    const int64_t count = std::min(kWidenBlock, n - first);
-    (cpu_loop<float>(count, Identity{}, inputs[I], in + first), ...);
-    cpu_loop<float>(count, op, result, static_cast<const float*>(inputs[I])...);
-    cpu_loop<float>(count, Identity{}, out + first, static_cast<const float*>(result));
-  }
-}
-
-// op over [0, n) on torch's CPU threads. The lambda captures by value: captured references would have to be
-// reloaded after every store through a byte pointer (it may alias anything).
-template <class scalar_t, class Op, class... In>
-void cpu_elementwise(int64_t n, Op op, scalar_t* out, const In*... in) {
-  using C = compute_t<scalar_t>;
-  at::parallel_for(0, n, kCpuGrain, [=](int64_t begin, int64_t end) {
-    if constexpr (std::is_same_v<scalar_t, C>) {
-      cpu_loop<C>(end - begin, op, out + begin, (in + begin)...);
-    } else {
-      cpu_widened(end - begin, op, out + begin, std::index_sequence_for<In...>{}, (in + begin)...);
-    }
-  });
-}
-
-// The ReLU mask: bit k of byte b says whether element 8 b + k passes its gradient. Both loops take n elements from
-// a byte boundary; the full bytes go through the vectorized loop, a last partial byte element by element.
-template <class scalar_t>
-ACTIVATIONS_CPU_LOOP void cpu_relu_forward_mask_loop(int64_t n, const scalar_t* x, scalar_t* y, uint8_t* mask) {
-  using C = compute_t<scalar_t>;
-  const Relu<C> relu{};
-  const auto byte_of = [=](int64_t first, int count) {
-    uint32_t bits = 0;
-    for (int k = 0; k < count; ++k) {
-      const C v = static_cast<C>(x[first + k]);
-      y[first + k] = static_cast<scalar_t>(relu.forward(v));
-      bits |= uint32_t(relu.passes_gradient(v)) << k;
-    }
-    return static_cast<uint8_t>(bits);
-  };
-#pragma GCC ivdep
-  for (int64_t byte = 0; byte < n / 8; ++byte) mask[byte] = byte_of(byte * 8, 8);
-  if (n % 8 != 0) mask[n / 8] = byte_of(n / 8 * 8, static_cast<int>(n % 8));
-}
-
-template <class scalar_t>
-ACTIVATIONS_CPU_LOOP void cpu_relu_backward_mask_loop(int64_t n, const scalar_t* grad_out, const uint8_t* mask,
-                                                      scalar_t* grad_in) {
-  using C = compute_t<scalar_t>;
-  const Relu<C> relu{};
-  const auto byte_of = [=](int64_t first, int count, uint32_t bits) {
-    for (int k = 0; k < count; ++k) {
-      const C g = static_cast<C>(grad_out[first + k]);  // loaded unconditionally: a select, not a branch
-      grad_in[first + k] = static_cast<scalar_t>(relu.backward(g, (bits >> k) & 1u));
-    }
-  };
-#pragma GCC ivdep
-  for (int64_t byte = 0; byte < n / 8; ++byte) byte_of(byte * 8, 8, mask[byte]);
-  if (n % 8 != 0) byte_of(n / 8 * 8, static_cast<int>(n % 8), mask[n / 8]);
-}
-
-// Calls loop(first element, count, first mask byte) over [0, n) on torch's CPU threads, split at byte boundaries
-// so that no two threads write one mask byte.
-template <class Loop>
-void for_mask_chunks(int64_t n, Loop loop) {
-  at::parallel_for(0, mask_bytes(n), kCpuGrain / 8, [=](int64_t begin, int64_t end) {
-    loop(begin * 8, std::min(n, end * 8) - begin * 8, begin);
-  });
-}
-
-template <class scalar_t>
-void cpu_relu_forward_mask(int64_t n, const scalar_t* x, scalar_t* y, uint8_t* mask) {
-  for_mask_chunks(n, [=](int64_t first, int64_t count, int64_t byte) {
-    cpu_relu_forward_mask_loop(count, x + first, y + first, mask + byte);
-  });
-}
-
-template <class scalar_t>
-void cpu_relu_backward_mask(int64_t n, const scalar_t* grad_out, const uint8_t* mask, scalar_t* grad_in) {
-  for_mask_chunks(n, [=](int64_t first, int64_t count, int64_t byte) {
-    cpu_relu_backward_mask_loop(count, grad_out + first, mask + byte, grad_in + first);
-  });
+Saves saves_from(std::string_view saved_as) {
+  if (saved_as == "mask") return Saves::Mask;
+  if (saved_as == "input") return Saves::Input;
+  TORCH_CHECK(saved_as == "output", "activations: saved_as must be 'mask', 'input' or 'output', got '",
+              std::string(saved_as), "'");
+  return Saves::Output;
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// CUDA dispatch
+// Running the kernels. kCompute is false for the Meta kernels: shapes and strides only, for torch.compile's fake
+// tensors and the meta device (which have no data).
 
-DType cuda_dtype(const Tensor& t) {
+DType dtype_of(const Tensor& t) {
   switch (t.scalar_type()) {
     case at::kFloat: return DType::Float32;
     case at::kDouble: return DType::Float64;
@@ -216,7 +103,7 @@ DType cuda_dtype(const Tensor& t) {
 
 // Runs `launch(stream)` on t's device and current stream and turns a launch error into an exception. The
 // launch lambdas are generic (`auto stream`), so a build without CUDA never instantiates their calls into
-// activations_cuda.cu; there CUDA tensors never get here (no CUDA kernels are registered).
+// cuda_kernels.cu; there CUDA tensors never get here (no CUDA kernels are registered).
 template <class Launch>
 void on_cuda(const Tensor& t, const char* op, Launch&& launch) {
 #ifdef ACTIVATIONS_WITH_CUDA
@@ -231,266 +118,264 @@ void on_cuda(const Tensor& t, const char* op, Launch&& launch) {
 #endif
 }
 
-// ---------------------------------------------------------------------------------------------------------------
-// Operators. CPU and CUDA share these; each branches to its device's kernels. The *_into functions write into
-// `out`, which may be `x` itself (in-place): every kernel reads element i before it writes element i.
-
-// `mask` is undefined when no backward needs it (no grad): then no mask is written.
-void relu_into(const Tensor& x, const Tensor& out, const Tensor& mask) {
+// y = f(x) (x and y dense with the same strides, or the same tensor), with the mask when it is defined.
+void forward_into(const OpRow& row, const FunctorArgs& args, const Tensor& x, const Tensor& y, const Tensor& mask) {
   const int64_t n = x.numel();
   if (n == 0) return;
   uint8_t* mask_ptr = mask.defined() ? mask.mutable_data_ptr<uint8_t>() : nullptr;
   if (x.is_cuda()) {
-    return on_cuda(x, "relu", [&](auto stream) {
-      return cuda_relu_forward(cuda_dtype(x), x.const_data_ptr(), out.mutable_data_ptr(), mask_ptr, n, stream);
+    return on_cuda(x, row.name, [&](auto stream) {
+      return cuda_forward(row.functor, dtype_of(x), args.data(), x.const_data_ptr(), y.mutable_data_ptr(), mask_ptr,
+                          n, stream);
     });
   }
-  with_scalar_type(x, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    const auto* in = x.const_data_ptr<scalar_t>();
-    auto* y = out.mutable_data_ptr<scalar_t>();
-    if (mask_ptr != nullptr) return cpu_relu_forward_mask(n, in, y, mask_ptr);
-    cpu_elementwise(n, Forward<Relu<compute_t<scalar_t>>>{}, y, in);
-  });
-}
-
-void elu_into(const Tensor& x, const Tensor& out, double alpha, double scale, const char* op) {
-  const int64_t n = x.numel();
-  if (n == 0) return;
-  if (x.is_cuda()) {
-    return on_cuda(x, op, [&](auto stream) {
-      return cuda_elu_forward(cuda_dtype(x), x.const_data_ptr(), out.mutable_data_ptr(), n, alpha, scale, stream);
-    });
-  }
-  with_scalar_type(x, [&](auto tag) {
-    using scalar_t = decltype(tag);
-    const Elu<compute_t<scalar_t>> elu(alpha, scale);
-    cpu_elementwise(n, Forward<decltype(elu)>{elu}, out.mutable_data_ptr<scalar_t>(), x.const_data_ptr<scalar_t>());
-  });
-}
-
-// The backward's bits, 8 to a byte (sizes may be symbolic under torch.compile), or an undefined tensor without
-// grad: allocating even an empty one cost a small no-grad call about 1 us on the H100 host (0.4 us on the CPU).
-Tensor new_mask(const Tensor& x, bool with_mask) {
-  if (!with_mask) return Tensor();
-  return at::empty_symint({(x.sym_numel() + 7) / 8}, x.options().dtype(at::kByte));
-}
-
-void check_alpha(double alpha, const char* op) {
-  // The number is formatted by std::to_string: streaming a double into the message crashed with torch 2.11.
-  TORCH_CHECK(std::isfinite(alpha), "activations.", op, ": alpha must be a finite number, got ",
-              std::to_string(alpha));
+  cpu_forward(row.functor, dtype_of(x), args.data(), x.const_data_ptr(), y.mutable_data_ptr(), mask_ptr, n);
 }
 
 // Out of place: the output has the input's strides when the input is dense (see dense()).
-std::tuple<Tensor, Tensor> relu_out_of_place(const Tensor& input, bool with_mask) {
-  check_input(input, "relu", "input");
+template <bool kCompute>
+std::pair<Tensor, Tensor> forward_out_of_place(const OpRow& row, const FunctorArgs& args, const Tensor& input,
+                                               bool with_mask) {
+  check_input(input, row.name, "input");
   const Tensor x = dense(input);
   Tensor y = at::empty_like(x);
-  Tensor mask = new_mask(x, with_mask);
-  relu_into(x, y, mask);
+  Tensor mask = with_mask ? new_mask(x) : Tensor();
+  if constexpr (kCompute) forward_into(row, args, x, y, mask);
   return {y, mask};
 }
 
-Tensor relu(const Tensor& input) { return std::get<0>(relu_out_of_place(input, false)); }
-
-std::tuple<Tensor, Tensor> relu_with_mask(const Tensor& input) { return relu_out_of_place(input, true); }
-
-Tensor elu_out_of_place(const Tensor& input, double alpha, double scale, const char* op) {
-  check_input(input, op, "input");
-  check_alpha(alpha, op);
-  const Tensor x = dense(input);
-  Tensor y = at::empty_like(x);
-  elu_into(x, y, alpha, scale, op);
-  return y;
-}
-
-Tensor elu(const Tensor& input, double alpha) { return elu_out_of_place(input, alpha, 1.0, "elu"); }
-
-Tensor selu(const Tensor& input) { return elu_out_of_place(input, kSeluAlpha, kSeluScale, "selu"); }
-
-// In place. A tensor whose elements share memory (expanded) cannot be written in place, as in torch; one that is
-// not a dense block is computed densely and copied back.
-void check_writable(const Tensor& x, const char* op) {
-  TORCH_CHECK(x.is_non_overlapping_and_dense() || at::has_internal_overlap(x) != at::MemOverlap::Yes,
-              "activations.", op, ": unsupported operation: more than one element of the written-to tensor refers",
-              " to a single memory location. Please clone() the tensor before performing the operation.");
-}
-
-template <class Compute>
-void in_place(const Tensor& x, Compute&& compute_into) {
-  if (x.is_non_overlapping_and_dense()) return compute_into(x, x);
-  const Tensor source = x.contiguous();
-  const Tensor result = at::empty_like(source);
-  compute_into(source, result);
-  x.copy_(result);
-}
-
-Tensor relu_with_mask_inplace(const Tensor& x, bool with_mask) {
-  check_input(x, "relu_", "input");
-  check_writable(x, "relu_");
-  // The mask follows the memory order of x when x is dense, else of its contiguous copy; the backward lays the
-  // gradient out in that order (see ReluFunction).
-  Tensor mask = new_mask(x, with_mask);
-  in_place(x, [&](const Tensor& in, const Tensor& out) { relu_into(in, out, mask); });
+// In place; a tensor that is not a dense block is computed densely and copied back. The mask follows the memory
+// order of x when x is dense, else of its contiguous copy (the autograd layer lays the gradient out in that
+// order).
+template <bool kCompute>
+Tensor forward_in_place(const OpRow& row, const FunctorArgs& args, const Tensor& x, bool with_mask, const char* op) {
+  check_input(x, op, "input");
+  check_writable(x, op);
+  Tensor mask = with_mask ? new_mask(x) : Tensor();
+  if constexpr (kCompute) {
+    if (x.is_non_overlapping_and_dense()) {
+      forward_into(row, args, x, x, mask);
+    } else {
+      const Tensor source = x.contiguous();
+      forward_into(row, args, source, source, mask);
+      x.copy_(source);
+    }
+  }
   return mask;
 }
 
-void relu_(Tensor& x) { relu_with_mask_inplace(x, false); }
-
-Tensor relu_with_mask_(Tensor& x) { return relu_with_mask_inplace(x, true); }
-
-void elu_inplace(Tensor& x, double alpha, double scale, const char* op) {
-  check_input(x, op, "input");
-  check_alpha(alpha, op);
-  check_writable(x, op);
-  in_place(x, [&](const Tensor& in, const Tensor& out) { elu_into(in, out, alpha, scale, op); });
+// Whether the derivative can be read off `saved_as`, with these arguments (ELU from its output: alpha >= 0).
+void check_backward_from(const OpRow& row, const FunctorArgs& args, Saves saves, const char* op) {
+  with_functor(row.functor, [&](auto tag) {
+    using F = typename decltype(tag)::template type<double>;
+    if (saves == Saves::Mask) {
+      TORCH_CHECK(F::kMask, "activations.", op, ": ", row.name, " has no mask backward");
+    } else if (saves == Saves::Input) {
+      TORCH_CHECK(F::kFromInput, "activations.", op, ": ", row.name, " has no backward from its input");
+    } else {
+      TORCH_CHECK(F::kFromOutput, "activations.", op, ": ", row.name, " has no backward from its output");
+      if constexpr (F::kFromOutput) {
+        TORCH_CHECK(F::output_determines_input_side(args.data()), "activations.", op, ": the in-place ", row.name,
+                    "_ cannot be differentiated with these arguments (alpha = ", std::to_string(args.values[0]),
+                    " < 0): its output does not tell the sign of its input. Use the out-of-place ", row.name,
+                    " instead.");
+      }
+    }
+  });
 }
 
-void elu_(Tensor& x, double alpha) { elu_inplace(x, alpha, 1.0, "elu_"); }
+// The mask backward's factors: grad * passing where the bit is set, grad * blocked where not.
+std::pair<double, double> mask_factors(const OpRow& row, const FunctorArgs& args) {
+  return with_functor(row.functor, [&](auto tag) {
+    using F = typename decltype(tag)::template type<double>;
+    if constexpr (F::kMask) {
+      const F f(args.data());
+      return std::make_pair(f.passing, f.blocked);
+    }
+    return std::make_pair(1.0, 0.0);  // not reached: check_backward_from refused it
+  });
+}
 
-void selu_(Tensor& x) { elu_inplace(x, kSeluAlpha, kSeluScale, "selu_"); }
-
-// Backward. Each writes into grad_input, which is a new tensor or grad_output itself (the *_backward_ operators,
-// for a gradient that autograd hands over: see can_take_result).
-
-void relu_backward_into(const Tensor& grad_output, const Tensor& mask, const Tensor& grad_input, const char* op) {
-  check_input(grad_output, op, "grad_output");
+void check_mask(const Tensor& grad_output, const Tensor& mask, const char* op) {
   TORCH_CHECK(grad_output.is_non_overlapping_and_dense(), "activations.", op,
               ": grad_output must be dense in the forward output's layout");
-  TORCH_CHECK(mask.scalar_type() == at::kByte && mask.dim() == 1 && mask.is_contiguous() &&
-                  mask.numel() == mask_bytes(grad_output.numel()),
-              "activations.", op, ": mask must be the uint8 tensor of ", mask_bytes(grad_output.numel()),
-              " bytes that relu_with_mask returned, got ", mask.scalar_type(), " of shape ", mask.sizes());
-  TORCH_CHECK(mask.device() == grad_output.device(), "activations.", op, ": grad_output is on ",
-              grad_output.device(), " but the saved mask is on ", mask.device());
+  const c10::SymInt bytes = (grad_output.sym_numel() + 7) / 8;
+  TORCH_CHECK(mask.scalar_type() == at::kByte && mask.dim() == 1 && mask.is_contiguous() && mask.sym_numel() == bytes,
+              "activations.", op, ": the saved mask must be the uint8 tensor of ", bytes,
+              " bytes that forward_with_mask returned, got ", mask.scalar_type(), " of shape ", mask.sizes());
+  TORCH_CHECK(mask.device() == grad_output.device(), "activations.", op, ": grad_output is on ", grad_output.device(),
+              " but the saved mask is on ", mask.device());
+}
+
+// grad_input = grad_output * f'(saved); grad_input may be grad_output itself. grad_output and saved are dense
+// with the same strides (or saved is the mask of grad_output's memory order).
+void backward_into(const OpRow& row, const FunctorArgs& args, Saves saves, const Tensor& grad_output,
+                   const Tensor& saved, const Tensor& grad_input, const char* op) {
   const int64_t n = grad_output.numel();
   if (n == 0) return;
+  const DType dtype = dtype_of(grad_output);
+  if (saves == Saves::Mask) {
+    const auto [passing, blocked] = mask_factors(row, args);
+    const auto* mask = saved.const_data_ptr<uint8_t>();
+    if (grad_output.is_cuda()) {
+      return on_cuda(grad_output, op, [&](auto stream) {
+        return cuda_mask_backward(dtype, passing, blocked, grad_output.const_data_ptr(), mask,
+                                  grad_input.mutable_data_ptr(), n, stream);
+      });
+    }
+    return cpu_mask_backward(dtype, passing, blocked, grad_output.const_data_ptr(), mask, grad_input.mutable_data_ptr(),
+                             n);
+  }
+  const bool from_output = saves == Saves::Output;
   if (grad_output.is_cuda()) {
-    on_cuda(grad_output, op, [&](auto stream) {
-      return cuda_relu_backward(cuda_dtype(grad_output), grad_output.const_data_ptr(), mask.const_data_ptr<uint8_t>(),
-                                grad_input.mutable_data_ptr(), n, stream);
-    });
-  } else {
-    with_scalar_type(grad_output, [&](auto tag) {
-      using scalar_t = decltype(tag);
-      cpu_relu_backward_mask(n, grad_output.const_data_ptr<scalar_t>(), mask.const_data_ptr<uint8_t>(),
-                             grad_input.mutable_data_ptr<scalar_t>());
+    return on_cuda(grad_output, op, [&](auto stream) {
+      return cuda_backward(row.functor, dtype, args.data(), from_output, grad_output.const_data_ptr(),
+                           saved.const_data_ptr(), grad_input.mutable_data_ptr(), n, stream);
     });
   }
-}
-
-Tensor relu_backward(const Tensor& grad_output, const Tensor& mask) {
-  Tensor grad_input = at::empty_like(grad_output);
-  relu_backward_into(grad_output, mask, grad_input, "relu_backward");
-  return grad_input;
-}
-
-void relu_backward_(Tensor& grad_output, const Tensor& mask) {
-  relu_backward_into(grad_output, mask, grad_output, "relu_backward_");
-}
-
-void check_elu_backward(const Tensor& grad_output, const Tensor& saved, double alpha, bool saved_is_output,
-                        const char* op) {
-  check_input(grad_output, op, "grad_output");
-  check_same(grad_output, saved, op, "grad_output", "the saved tensor");
-  TORCH_CHECK(!(saved_is_output && alpha < 0), "activations.", op, ": the in-place elu_ cannot be",
-              " differentiated when alpha < 0 (alpha = ", std::to_string(alpha), "): its output does not tell the",
-              " sign of its input. Use the out-of-place elu instead.");
-}
-
-// grad and saved are dense with the same strides.
-void elu_backward_into(const Tensor& grad, const Tensor& saved, const Tensor& grad_input, double alpha, double scale,
-                       bool saved_is_output, const char* op) {
-  const int64_t n = saved.numel();
-  if (n == 0) return;
-  if (saved.is_cuda()) {
-    on_cuda(saved, op, [&](auto stream) {
-      return cuda_elu_backward(cuda_dtype(saved), grad.const_data_ptr(), saved.const_data_ptr(),
-                               grad_input.mutable_data_ptr(), n, alpha, scale, saved_is_output, stream);
-    });
-  } else {
-    with_scalar_type(saved, [&](auto tag) {
-      using scalar_t = decltype(tag);
-      const Elu<compute_t<scalar_t>> elu(alpha, scale);
-      auto* out = grad_input.mutable_data_ptr<scalar_t>();
-      const auto* g = grad.const_data_ptr<scalar_t>();
-      const auto* from = saved.const_data_ptr<scalar_t>();
-      if (saved_is_output) {
-        cpu_elementwise(n, BackwardFromOutput<decltype(elu)>{elu}, out, g, from);
-      } else {
-        cpu_elementwise(n, BackwardFromInput<decltype(elu)>{elu}, out, g, from);
-      }
-    });
-  }
-}
-
-Tensor elu_backward(const Tensor& grad_output, const Tensor& saved, double alpha, double scale, bool saved_is_output) {
-  check_elu_backward(grad_output, saved, alpha, saved_is_output, "elu_backward");
-  const Tensor s = dense(saved);
-  const Tensor g = with_strides(grad_output, s.sym_strides());
-  Tensor grad_input = at::empty_like(s);
-  elu_backward_into(g, s, grad_input, alpha, scale, saved_is_output, "elu_backward");
-  return grad_input;
-}
-
-void elu_backward_(Tensor& grad_output, const Tensor& saved, double alpha, double scale, bool saved_is_output) {
-  check_elu_backward(grad_output, saved, alpha, saved_is_output, "elu_backward_");
-  TORCH_CHECK(same_dense_layout(grad_output, saved),
-              "activations.elu_backward_: grad_output and the saved tensor must be dense with the same strides");
-  elu_backward_into(grad_output, saved, grad_output, alpha, scale, saved_is_output, "elu_backward_");
+  cpu_backward(row.functor, dtype, args.data(), from_output, grad_output.const_data_ptr(), saved.const_data_ptr(),
+               grad_input.mutable_data_ptr(), n);
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Meta kernels: shapes and strides only, for torch.compile's fake tensors and the meta device.
+// The boxed kernels. Each reads its arguments off the stack and leaves its results there.
 
-Tensor relu_meta(const Tensor& input) {
-  check_input(input, "relu", "input");
-  return at::empty_like(dense(input));
+// The row and functor arguments of an internal operator: activation (str) and args (float[]) at these positions.
+std::pair<const OpRow*, FunctorArgs> internal_row(const c10::IValue& activation, const c10::IValue& args) {
+  return {&op_row(activation.toStringRef()), functor_args(args.toDoubleVector())};
 }
 
-std::tuple<Tensor, Tensor> relu_with_mask_meta(const Tensor& input) {
-  const Tensor y = relu_meta(input);
-  return {y, new_mask(y, true)};
+// NAME(x, params) -> y
+template <bool kCompute>
+void forward_kernel(const c10::OperatorHandle& op, Stack* stack) {
+  const OpRow& row = op_row(op.schema().name());
+  const auto arguments = torch::jit::last(*stack, op.schema().arguments().size());
+  const FunctorArgs args = functor_args(row, &arguments[1]);
+  Tensor y = forward_out_of_place<kCompute>(row, args, arguments[0].toTensor(), false).first;
+  torch::jit::drop(*stack, arguments.size());
+  torch::jit::push(*stack, std::move(y));
 }
 
-Tensor elu_meta(const Tensor& input, double alpha) {
-  check_input(input, "elu", "input");
-  check_alpha(alpha, "elu");
-  return at::empty_like(dense(input));
+// NAME_(x!, params) -> ()
+template <bool kCompute>
+void forward_inplace_kernel(const c10::OperatorHandle& op, Stack* stack) {
+  const OpRow& row = op_row(op.schema().name());
+  const auto arguments = torch::jit::last(*stack, op.schema().arguments().size());
+  const FunctorArgs args = functor_args(row, &arguments[1]);
+  forward_in_place<kCompute>(row, args, arguments[0].toTensor(), false, op.schema().name().c_str() + 13);
+  torch::jit::drop(*stack, arguments.size());
 }
 
-Tensor selu_meta(const Tensor& input) { return elu_meta(input, kSeluAlpha); }
-
-void inplace_meta(Tensor& x) { check_input(x, "in-place activation", "input"); }
-
-void elu_inplace_meta(Tensor& x, double alpha) {
-  check_alpha(alpha, "elu_");
-  inplace_meta(x);
+// forward_with_mask(x, activation, args) -> (y, mask)
+template <bool kCompute>
+void forward_with_mask_kernel(const c10::OperatorHandle&, Stack* stack) {
+  const auto [row, args] = internal_row(torch::jit::peek(*stack, 1, 3), torch::jit::peek(*stack, 2, 3));
+  check_backward_from(*row, args, Saves::Mask, "forward_with_mask");
+  auto [y, mask] = forward_out_of_place<kCompute>(*row, args, torch::jit::peek(*stack, 0, 3).toTensor(), true);
+  torch::jit::drop(*stack, 3);
+  torch::jit::push(*stack, std::move(y), std::move(mask));
 }
 
-Tensor relu_with_mask_inplace_meta(Tensor& x) {
-  inplace_meta(x);
-  return new_mask(x, true);
+// forward_with_mask_(x!, activation, args) -> mask
+template <bool kCompute>
+void forward_with_mask_inplace_kernel(const c10::OperatorHandle&, Stack* stack) {
+  const auto [row, args] = internal_row(torch::jit::peek(*stack, 1, 3), torch::jit::peek(*stack, 2, 3));
+  check_backward_from(*row, args, Saves::Mask, "forward_with_mask_");
+  Tensor mask = forward_in_place<kCompute>(*row, args, torch::jit::peek(*stack, 0, 3).toTensor(), true,
+                                           "forward_with_mask_");
+  torch::jit::drop(*stack, 3);
+  torch::jit::push(*stack, std::move(mask));
 }
 
-Tensor relu_backward_meta(const Tensor& grad_output, const Tensor& mask) {
-  check_input(grad_output, "relu_backward", "grad_output");
-  return at::empty_like(grad_output);
+// The checks of backward and backward_ and the layout both kernels need: for a saved input or output, a dense
+// `saved` and grad_output laid out with its strides.
+std::pair<Tensor, Tensor> backward_operands(const OpRow& row, const FunctorArgs& args, Saves saves,
+                                            const Tensor& grad_output, const Tensor& saved, const char* op) {
+  check_input(grad_output, op, "grad_output");
+  check_backward_from(row, args, saves, op);
+  if (saves == Saves::Mask) {
+    check_mask(grad_output, saved, op);
+    return {grad_output, saved};
+  }
+  check_same(grad_output, saved, op, "grad_output", "the saved tensor");
+  const Tensor s = dense(saved);
+  return {with_strides(grad_output, s.sym_strides()), s};
 }
 
-Tensor elu_backward_meta(const Tensor& grad_output, const Tensor& saved, double, double, bool) {
-  check_input(grad_output, "elu_backward", "grad_output");
-  check_same(grad_output, saved, "elu_backward", "grad_output", "the saved tensor");
-  return at::empty_like(dense(saved));
+// backward(grad_output, saved, activation, args, saved_as) -> grad_input
+template <bool kCompute>
+void backward_kernel(const c10::OperatorHandle&, Stack* stack) {
+  const auto [row, args] = internal_row(torch::jit::peek(*stack, 2, 5), torch::jit::peek(*stack, 3, 5));
+  const Saves saves = saves_from(torch::jit::peek(*stack, 4, 5).toStringRef());
+  const auto [grad, saved] = backward_operands(*row, args, saves, torch::jit::peek(*stack, 0, 5).toTensor(),
+                                               torch::jit::peek(*stack, 1, 5).toTensor(), "backward");
+  Tensor grad_input = at::empty_like(grad);
+  if constexpr (kCompute) backward_into(*row, args, saves, grad, saved, grad_input, "backward");
+  torch::jit::drop(*stack, 5);
+  torch::jit::push(*stack, std::move(grad_input));
 }
 
-void relu_backward_inplace_meta(Tensor& grad_output, const Tensor&) {
-  check_input(grad_output, "relu_backward_", "grad_output");
+// backward_(grad_output!, saved, activation, args, saved_as) -> (), for a gradient that autograd hands over and
+// nothing else refers to (see can_take_result in autograd.cpp).
+template <bool kCompute>
+void backward_inplace_kernel(const c10::OperatorHandle&, Stack* stack) {
+  const auto [row, args] = internal_row(torch::jit::peek(*stack, 2, 5), torch::jit::peek(*stack, 3, 5));
+  const Saves saves = saves_from(torch::jit::peek(*stack, 4, 5).toStringRef());
+  const Tensor grad = torch::jit::peek(*stack, 0, 5).toTensor();
+  const Tensor saved = torch::jit::peek(*stack, 1, 5).toTensor();
+  backward_operands(*row, args, saves, grad, saved, "backward_");
+  TORCH_CHECK(saves == Saves::Mask || same_dense_layout(grad, saved),
+              "activations.backward_: grad_output and the saved tensor must be dense with the same strides");
+  if constexpr (kCompute) backward_into(*row, args, saves, grad, saved, grad, "backward_");
+  torch::jit::drop(*stack, 5);
 }
 
-void elu_backward_inplace_meta(Tensor& grad_output, const Tensor& saved, double alpha, double, bool saved_is_output) {
-  check_elu_backward(grad_output, saved, alpha, saved_is_output, "elu_backward_");
+// double_backward(grad_grad, grad_output, saved, activation, args, saved_as) -> grad_grad * grad_output * f''(saved)
+template <bool kCompute>
+void double_backward_kernel(const c10::OperatorHandle&, Stack* stack) {
+  const auto [row, args] = internal_row(torch::jit::peek(*stack, 3, 6), torch::jit::peek(*stack, 4, 6));
+  const Saves saves = saves_from(torch::jit::peek(*stack, 5, 6).toStringRef());
+  const Tensor grad_grad = torch::jit::peek(*stack, 0, 6).toTensor();
+  const Tensor grad_output = torch::jit::peek(*stack, 1, 6).toTensor();
+  const Tensor saved = torch::jit::peek(*stack, 2, 6).toTensor();
+  TORCH_CHECK(saves != Saves::Mask, "activations.double_backward: a mask has no derivative (the activation is"
+              " piecewise linear: its second derivative is zero)");
+  check_input(grad_grad, "double_backward", "grad_grad");
+  check_backward_from(*row, args, saves, "double_backward");
+  check_same(grad_grad, saved, "double_backward", "grad_grad", "the saved tensor");
+  check_same(grad_output, saved, "double_backward", "grad_output", "the saved tensor");
+  const Tensor s = dense(saved);
+  const Tensor gg = with_strides(grad_grad, s.sym_strides());
+  const Tensor g = with_strides(grad_output, s.sym_strides());
+  Tensor out = at::empty_like(s);
+  if constexpr (kCompute) {
+    const int64_t n = s.numel();
+    const bool from_output = saves == Saves::Output;
+    if (n == 0) {
+    } else if (s.is_cuda()) {
+      on_cuda(s, "double_backward", [&](auto stream) {
+        return cuda_double_backward(row->functor, dtype_of(s), args.data(), from_output, gg.const_data_ptr(),
+                                    g.const_data_ptr(), s.const_data_ptr(), out.mutable_data_ptr(), n, stream);
+      });
+    } else {
+      cpu_double_backward(row->functor, dtype_of(s), args.data(), from_output, gg.const_data_ptr(), g.const_data_ptr(),
+                          s.const_data_ptr(), out.mutable_data_ptr(), n);
+    }
+  }
+  torch::jit::drop(*stack, 6);
+  torch::jit::push(*stack, std::move(out));
+}
+
+// Checks, once at load, that every row's functor can do what the row says its backward saves.
+bool rows_match_functors() {
+  for (const OpRow& row : kOpRows) {
+    with_functor(row.functor, [&](auto tag) {
+      using F = typename decltype(tag)::template type<double>;
+      const bool ok = row.saves == Saves::Mask ? F::kMask : (row.saves == Saves::Input ? F::kFromInput : F::kFromOutput);
+      TORCH_CHECK(ok, "activations: the op table says ", row.name, " saves what its functor cannot work from");
+    });
+  }
+  return true;
 }
 
 }  // namespace
@@ -502,56 +387,50 @@ void elu_backward_inplace_meta(Tensor& grad_output, const Tensor& saved, double 
 using namespace activations;
 
 TORCH_LIBRARY(activations, m) {
-  m.def("relu(Tensor x) -> Tensor");
-  m.def("elu(Tensor x, float alpha=1.0) -> Tensor");
-  m.def("selu(Tensor x) -> Tensor");
-  m.def("relu_(Tensor(a!) x) -> ()");
-  m.def("elu_(Tensor(a!) x, float alpha=1.0) -> ()");
-  m.def("selu_(Tensor(a!) x) -> ()");
-  // Internal: the forwards that also return the backward's 1-bit mask, and the backward kernels (the *_backward_
-  // variants write into grad_output).
-  m.def("relu_with_mask(Tensor x) -> (Tensor, Tensor)");
-  m.def("relu_with_mask_(Tensor(a!) x) -> Tensor");
-  m.def("relu_backward(Tensor grad_output, Tensor mask) -> Tensor");
-  m.def("elu_backward(Tensor grad_output, Tensor saved, float alpha, float scale, bool saved_is_output) -> Tensor");
-  m.def("relu_backward_(Tensor(a!) grad_output, Tensor mask) -> ()");
-  m.def("elu_backward_(Tensor(a!) grad_output, Tensor saved, float alpha, float scale, bool saved_is_output) -> ()");
-}
-
-#ifdef ACTIVATIONS_WITH_CUDA
-#define ACTIVATIONS_DEVICE_KEYS(X) X(CPU) X(CUDA)
-#else
-#define ACTIVATIONS_DEVICE_KEYS(X) X(CPU)
-#endif
-
-#define ACTIVATIONS_REGISTER_DEVICE(KEY)          \
-  TORCH_LIBRARY_IMPL(activations, KEY, m) {       \
-    m.impl("relu", &relu);                        \
-    m.impl("elu", &elu);                          \
-    m.impl("selu", &selu);                        \
-    m.impl("relu_", &relu_);                      \
-    m.impl("elu_", &elu_);                        \
-    m.impl("selu_", &selu_);                      \
-    m.impl("relu_with_mask", &relu_with_mask);    \
-    m.impl("relu_with_mask_", &relu_with_mask_);  \
-    m.impl("relu_backward", &relu_backward);      \
-    m.impl("elu_backward", &elu_backward);        \
-    m.impl("relu_backward_", &relu_backward_);    \
-    m.impl("elu_backward_", &elu_backward_);      \
+  static const bool checked = rows_match_functors();
+  (void)checked;
+  for (const OpRow& row : kOpRows) {
+    m.def((std::string(row.name) + row.arguments + " -> Tensor").c_str());
+    if (row.inplace) {
+      std::string arguments(row.arguments);
+      arguments.replace(0, 9, "(Tensor(a!) x");  // "(Tensor x" -> "(Tensor(a!) x"
+      m.def((std::string(row.name) + "_" + arguments + " -> ()").c_str());
+    }
   }
-ACTIVATIONS_DEVICE_KEYS(ACTIVATIONS_REGISTER_DEVICE)
-
-TORCH_LIBRARY_IMPL(activations, Meta, m) {
-  m.impl("relu", &relu_meta);
-  m.impl("elu", &elu_meta);
-  m.impl("selu", &selu_meta);
-  m.impl("relu_", &inplace_meta);
-  m.impl("elu_", &elu_inplace_meta);
-  m.impl("selu_", &inplace_meta);
-  m.impl("relu_with_mask", &relu_with_mask_meta);
-  m.impl("relu_with_mask_", &relu_with_mask_inplace_meta);
-  m.impl("relu_backward", &relu_backward_meta);
-  m.impl("elu_backward", &elu_backward_meta);
-  m.impl("relu_backward_", &relu_backward_inplace_meta);
-  m.impl("elu_backward_", &elu_backward_inplace_meta);
+  // Internal: what the autograd layer calls (see the top of this file).
+  m.def("forward_with_mask(Tensor x, str activation, float[] args) -> (Tensor, Tensor)");
+  m.def("forward_with_mask_(Tensor(a!) x, str activation, float[] args) -> Tensor");
+  m.def("backward(Tensor grad_output, Tensor saved, str activation, float[] args, str saved_as) -> Tensor");
+  m.def("backward_(Tensor(a!) grad_output, Tensor saved, str activation, float[] args, str saved_as) -> ()");
+  m.def("double_backward(Tensor grad_grad, Tensor grad_output, Tensor saved, str activation, float[] args, "
+        "str saved_as) -> Tensor");
 }
+
+namespace activations {
+namespace {
+
+template <bool kCompute>
+void register_kernels(torch::Library& m) {
+  using torch::CppFunction;
+  for (const OpRow& row : kOpRows) {
+    m.impl(row.name, CppFunction::makeFromBoxedFunction<&forward_kernel<kCompute>>());
+    if (row.inplace) {
+      m.impl((std::string(row.name) + "_").c_str(),
+             CppFunction::makeFromBoxedFunction<&forward_inplace_kernel<kCompute>>());
+    }
+  }
+  m.impl("forward_with_mask", CppFunction::makeFromBoxedFunction<&forward_with_mask_kernel<kCompute>>());
+  m.impl("forward_with_mask_", CppFunction::makeFromBoxedFunction<&forward_with_mask_inplace_kernel<kCompute>>());
+  m.impl("backward", CppFunction::makeFromBoxedFunction<&backward_kernel<kCompute>>());
+  m.impl("backward_", CppFunction::makeFromBoxedFunction<&backward_inplace_kernel<kCompute>>());
+  m.impl("double_backward", CppFunction::makeFromBoxedFunction<&double_backward_kernel<kCompute>>());
+}
+
+}  // namespace
+}  // namespace activations
+
+TORCH_LIBRARY_IMPL(activations, CPU, m) { register_kernels<true>(m); }
+#ifdef ACTIVATIONS_WITH_CUDA
+TORCH_LIBRARY_IMPL(activations, CUDA, m) { register_kernels<true>(m); }
+#endif
+TORCH_LIBRARY_IMPL(activations, Meta, m) { register_kernels<false>(m); }

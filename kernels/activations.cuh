@@ -1,5 +1,5 @@
-// The math of every activation, defined once. Compiled by g++ for the CPU kernels (activations.cpp) and by nvcc
-// for the CUDA kernels (activations_cuda.cu). Functors work in a "compute type" T: float for float32, float16
+// The math of every activation, defined once. Compiled by g++ for the CPU kernels (cpu_kernels.cpp) and by nvcc
+// for the CUDA kernels (cuda_kernels.cu). Functors work in a "compute type" T: float for float32, float16
 // and bfloat16 tensors (values are widened on load and rounded once on store), double for float64.
 #pragma once
 
@@ -112,27 +112,70 @@ ACTIVATION_FN float expm1_for_16bit(float x) {
 #endif
 }
 
+// More elementary functions in the compute type, each accurate to a few ulp on both devices.
+#ifdef __CUDA_ARCH__
+ACTIVATION_FN float log1p_of(float x) { return log1pf(x); }
+ACTIVATION_FN float erfc_of(float x) { return erfcf(x); }
+#else
+ACTIVATION_FN float log1p_of(float x) { return log1pf(x); }
+ACTIVATION_FN float erfc_of(float x) { return erfcf(x); }
+#endif
+ACTIVATION_FN double log1p_of(double x) { return log1p(x); }
+ACTIVATION_FN double erfc_of(double x) { return erfc(x); }
+
+// tanh from expm1 (the float one of our own, so that both devices give the same bits and the CPU loops
+// vectorize): tanh|x| = -m / (2 + m) with m = expm1(-2|x|), which keeps full relative accuracy near zero.
+ACTIVATION_FN float tanh_of(float x) {
+  const float m = expm1_nonpositive(-2.0f * fabsf(x));
+  const float magnitude = -m / (2.0f + m);
+  return x != x ? x : copysignf(magnitude, x);
+}
+ACTIVATION_FN double tanh_of(double x) { return tanh(x); }
+
+// 1 / (1 + exp(-x)) without overflow and with full relative accuracy on both sides: for x < 0 it is
+// e / (1 + e) with e = exp(x), which stays accurate where the result is tiny (1 / (1 + exp(-x)) overflows to 0).
+template <class T>
+ACTIVATION_FN T sigmoid_of(T x) {
+  const T e = exp_of(-fabs(x));
+  const T r = T(1) / (T(1) + e);
+  return x < T(0) ? e * r : r;
+}
+
+// sigmoid(x) and 1 - sigmoid(x) = sigmoid(-x), both to full relative accuracy (1 - s computed from a rounded s
+// would lose the bits that matter where s is near 1).
+template <class T>
+struct SigmoidPair {
+  T s, one_minus_s;
+  ACTIVATION_FN explicit SigmoidPair(T x) {
+    const T e = exp_of(-fabs(x));
+    const T r = T(1) / (T(1) + e);
+    s = x < T(0) ? e * r : r;
+    one_minus_s = x < T(0) ? r : e * r;
+  }
+};
+
+// sigmoid(hi + lo) for a value held in two parts (|lo| << |hi|), for arguments computed with a rounding error
+// that the exponential would magnify: on the tiny side sigmoid ~ exp(v), whose relative error is |v| times v's.
+template <class T>
+ACTIVATION_FN T sigmoid_of_sum(T hi, T lo) {
+  const T sign = hi < T(0) ? T(1) : T(-1);
+  const T e_hi = exp_of(-fabs(hi));
+  const T e = fma_of(e_hi, sign * lo, e_hi);  // exp(-|hi + lo|) = exp(-|hi|) (1 -+ lo)
+  const T r = T(1) / (T(1) + e);
+  return hi < T(0) ? e * r : r;
+}
+
 // torch.selu's constants (aten/src/ATen/native/Activation.cpp).
 constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
 constexpr double kSeluScale = 1.0507009873554804934193349852946;
-
-// relu(x) = max(x, 0). NaN propagates. -0.0 gives +0.0, as torch.relu does on CUDA (torch's CPU kernel
-// returns -0.0 there; the two differ only in the sign of that zero).
-template <class T>
-struct Relu {
-  ACTIVATION_FN T forward(T x) const { return (x > T(0) || x != x) ? x : T(0); }
-  // The backward needs one bit per element: whether the gradient passes. torch's threshold_backward passes it
-  // where !(x <= 0), so NaN inputs pass their gradient and +-0.0 block it. This bit is what the forward saves.
-  ACTIVATION_FN bool passes_gradient(T x) const { return !(x <= T(0)); }
-  ACTIVATION_FN T backward(T grad, bool passes) const { return passes ? grad : T(0); }
-};
 
 // A real coefficient c (alpha * scale, or scale) held as hi + lo in T, so that c * v is rounded once, as if c
 // were exact: rounding alpha = 0.3 to float alone costs up to half an ulp in every result.
 template <class T>
 struct Coefficient {
   T hi, lo;
-  ACTIVATION_FN explicit Coefficient(double c) : hi(T(c)), lo(T(c - double(T(c)))) {}
+  // c + c_lo: c_lo carries what a double cannot hold of a constant (for a float64 compute type).
+  ACTIVATION_FN explicit Coefficient(double c, double c_lo = 0.0) : hi(T(c)), lo(T((c - double(T(c))) + c_lo)) {}
   ACTIVATION_FN T times(T v) const {
     const T product = fma_of(v, hi, v * lo);
     // For v = +-0 (the sum loses zero's sign) and v = +-inf (inf * lo can be NaN): the plain product.
@@ -140,15 +183,81 @@ struct Coefficient {
   }
 };
 
+// ---------------------------------------------------------------------------------------------------------------
+// The activations. Each is a functor template F<T, k16BitResult>: T is the compute type, k16BitResult says the
+// result is rounded to float16 or bfloat16 (a cheaper formula may then do). It is built from the op's arguments
+// as doubles (`args`, laid out by the op table in activations.py: the user's parameters, then the row's
+// constants) and says by three flags what its backward can work from:
+//   kMask:       piecewise linear; the backward needs one bit per element. bool passes(T x) is that bit;
+//                the gradient is multiplied by `passing` where it is set and by `blocked` where not.
+//   kFromInput:  T backward(T grad, T x) = grad * f'(x), and T second_derivative(T x) = f''(x).
+//   kFromOutput: T backward_from_output(T grad, T y) = grad * f'(x) written with y = f(x), and
+//                T second_derivative_from_output(T y), the derivative of that f' with respect to y;
+//                output_determines_input_side(args) says whether y determines f'(x) for these arguments.
+// The double backward is grad_grad * grad * (the second derivative); see Backward and DoubleBackward below.
+
+template <class T, bool = false>
+struct Relu {
+  static constexpr bool kMask = true, kFromInput = false, kFromOutput = false;
+  double passing = 1.0, blocked = 0.0;
+  ACTIVATION_FN explicit Relu(const double*) {}
+  // NaN propagates. -0.0 gives +0.0, as torch.relu does on CUDA (torch's CPU kernel returns -0.0 there; the two
+  // differ only in the sign of that zero).
+  ACTIVATION_FN T forward(T x) const { return (x > T(0) || x != x) ? x : T(0); }
+  // torch's threshold_backward passes the gradient where !(x <= 0): NaN inputs pass it, +-0.0 block it.
+  ACTIVATION_FN bool passes(T x) const { return !(x <= T(0)); }
+};
+
+// x for x > 0, negative_slope * x otherwise (NaN: slope * NaN = NaN, and its gradient is slope * grad, as torch's).
+template <class T, bool = false>
+struct LeakyRelu {
+  static constexpr bool kMask = true, kFromInput = false, kFromOutput = false;
+  Coefficient<T> slope;
+  double passing = 1.0, blocked;
+  ACTIVATION_FN explicit LeakyRelu(const double* args) : slope(args[0]), blocked(args[0]) {}
+  ACTIVATION_FN T forward(T x) const { return x > T(0) ? x : slope.times(x); }
+  ACTIVATION_FN bool passes(T x) const { return x > T(0); }
+};
+
+// min(max(x, min_val), max_val), NaN propagating, and min_val itself for x = -0.0 <= min_val = 0 (ReLU6 gives
+// +0.0 there, as torch's CUDA kernel). The gradient passes strictly inside the interval and where x is NaN, as
+// torch's hardtanh_backward: !(x <= min_val || x >= max_val). ReLU6 is (0, 6).
+template <class T, bool = false>
+struct Hardtanh {
+  static constexpr bool kMask = true, kFromInput = false, kFromOutput = false;
+  T low, high;
+  double passing = 1.0, blocked = 0.0;
+  ACTIVATION_FN explicit Hardtanh(const double* args) : low(T(args[0])), high(T(args[1])) {}
+  ACTIVATION_FN T forward(T x) const { return x <= low ? low : (x >= high ? high : x); }
+  ACTIVATION_FN bool passes(T x) const { return !(x <= low || x >= high); }
+};
+
+// min(max(x + 3, 0), 6) / 6, NaN propagating; the gradient is grad / 6 strictly inside (-3, 3), else 0 (NaN
+// included), as torch's hardsigmoid_backward.
+template <class T, bool = false>
+struct Hardsigmoid {
+  static constexpr bool kMask = true, kFromInput = false, kFromOutput = false;
+  double passing = 1.0 / 6.0, blocked = 0.0;
+  ACTIVATION_FN explicit Hardsigmoid(const double*) {}
+  ACTIVATION_FN T forward(T x) const {
+    const T shifted = x + T(3);
+    return (shifted < T(0) ? T(0) : (shifted > T(6) ? T(6) : shifted)) / T(6);
+  }
+  ACTIVATION_FN bool passes(T x) const { return x > T(-3) && x < T(3); }
+};
+
 // elu(x) = scale * x for x > 0, scale * alpha * expm1(x) for x <= 0 (expm1 keeps accuracy near zero).
 // SELU is ELU with torch's fixed alpha and scale. NaN takes the x > 0 branch, as in torch's kernels.
-// T is the compute type; k16BitResult says the result is rounded to a 16-bit type (see expm1_for_16bit).
+// args: alpha, scale.
 template <class T, bool k16BitResult = false>
 struct Elu {
+  static constexpr bool kMask = false, kFromInput = true, kFromOutput = true;
   Coefficient<T> negative;  // alpha * scale
   Coefficient<T> positive;  // scale
 
-  ACTIVATION_FN Elu(double alpha, double scale) : negative(alpha * scale), positive(scale) {}
+  ACTIVATION_FN explicit Elu(const double* args) : negative(args[0] * args[1]), positive(args[1]) {}
+  // The output tells which side x was on only for alpha >= 0 (see backward_from_output).
+  static ACTIVATION_FN bool output_determines_input_side(const double* args) { return args[0] >= 0.0; }
 
   ACTIVATION_FN T forward(T x) const {
     if constexpr (k16BitResult) {
@@ -162,18 +271,240 @@ struct Elu {
   }
 
   // d elu / dx from the input: scale * alpha * exp(x) for x <= 0, scale otherwise.
-  ACTIVATION_FN T backward_from_input(T grad, T x) const {
+  ACTIVATION_FN T backward(T grad, T x) const {
     return x <= T(0) ? negative.times(grad * exp_of(x)) : positive.times(grad);
   }
+  // torch's elu_double_backward: scale * alpha * exp(x) for x < 0, 0 otherwise.
+  ACTIVATION_FN T second_derivative(T x) const { return x < T(0) ? negative.times(exp_of(x)) : T(0); }
 
   // The same derivative from the output y, for the in-place variants whose input is gone: for x <= 0,
   // scale * alpha * exp(x) = y + scale * alpha. Valid for alpha >= 0, where y <= 0 exactly when x <= 0 (the
-  // operator refuses alpha < 0). It cancels where elu flattens out, as torch's elu_ backward does.
+  // operators refuse alpha < 0 there). It cancels where elu flattens out, as torch's elu_ backward does.
   ACTIVATION_FN T backward_from_output(T grad, T y) const {
     return y <= T(0) ? grad * ((y + negative.hi) + negative.lo) : positive.times(grad);
   }
+  // d/dy (y + scale * alpha) = 1 for y < 0, 0 otherwise (torch's elu_double_backward with is_result).
+  ACTIVATION_FN T second_derivative_from_output(T y) const { return y < T(0) ? T(1) : T(0); }
 };
 
+// sigmoid(x); the backward works from the output, as torch's: y (1 - y), whose derivative in y is 1 - 2 y.
+template <class T, bool = false>
+struct Sigmoid {
+  static constexpr bool kMask = false, kFromInput = false, kFromOutput = true;
+  ACTIVATION_FN explicit Sigmoid(const double*) {}
+  static ACTIVATION_FN bool output_determines_input_side(const double*) { return true; }
+  ACTIVATION_FN T forward(T x) const { return sigmoid_of(x); }
+  ACTIVATION_FN T backward_from_output(T grad, T y) const { return grad * (y * (T(1) - y)); }
+  ACTIVATION_FN T second_derivative_from_output(T y) const { return T(1) - T(2) * y; }
+};
+
+// tanh(x); the backward from the output, as torch's: 1 - y^2, written (1 - y)(1 + y), which is exact in its
+// first factor near |y| = 1; its derivative in y is -2 y.
+template <class T, bool = false>
+struct Tanh {
+  static constexpr bool kMask = false, kFromInput = false, kFromOutput = true;
+  ACTIVATION_FN explicit Tanh(const double*) {}
+  static ACTIVATION_FN bool output_determines_input_side(const double*) { return true; }
+  ACTIVATION_FN T forward(T x) const { return tanh_of(x); }
+  ACTIVATION_FN T backward_from_output(T grad, T y) const { return grad * ((T(1) - y) * (T(1) + y)); }
+  ACTIVATION_FN T second_derivative_from_output(T y) const { return T(-2) * y; }
+};
+
+// silu(x) = x sigmoid(x); f' = s (1 + x (1 - s)), f'' = s (1 - s) (2 + x (1 - 2 s)) with s = sigmoid(x).
+template <class T, bool = false>
+struct Silu {
+  static constexpr bool kMask = false, kFromInput = true, kFromOutput = false;
+  ACTIVATION_FN explicit Silu(const double*) {}
+  ACTIVATION_FN T forward(T x) const { return x * sigmoid_of(x); }
+  ACTIVATION_FN T backward(T grad, T x) const {
+    const SigmoidPair<T> p(x);
+    return grad * (p.s * fma_of(x, p.one_minus_s, T(1)));
+  }
+  ACTIVATION_FN T second_derivative(T x) const {
+    const SigmoidPair<T> p(x);
+    return p.s * p.one_minus_s * fma_of(x, p.one_minus_s - p.s, T(2));
+  }
+};
+
+// a * b as hi + lo: hi the rounded product, lo what its rounding lost (exact, by an fma), for finite products.
+template <class T>
+struct Product {
+  T hi, lo;
+  ACTIVATION_FN Product(T a, T b) : hi(a * b), lo(fma_of(a, b, -a * b)) {}
+};
+
+// gelu(x) = x Phi(x), Phi the standard normal CDF (args[0] = 0), or torch's tanh approximation
+// 0.5 x (1 + tanh(u)), u = sqrt(2 / pi) (x + 0.044715 x^3) (args[0] = 1).
+// Phi(x) = erfc(-x / sqrt(2)) / 2, not (1 + erf(x / sqrt(2))) / 2 as torch writes it, which cancels for x < 0
+// (torch's float32 gelu(-5) is 10 % off). On the far negative side erfc(z) falls like exp(-z^2): the rounding
+// of z = -x / sqrt(2) would cost 2 z^2 ulp, so z is held in two parts and erfc corrected to first order
+// (erfc(z + d) = erfc(z) - d 2/sqrt(pi) exp(-z^2)). The tanh form is x sigmoid(2u), with 2u likewise in two parts
+// (the exponential in sigmoid magnifies its rounding |2u| times). A 16-bit result needs neither correction.
+template <class T, bool k16BitResult = false>
+struct Gelu {
+  static constexpr bool kMask = false, kFromInput = true, kFromOutput = false;
+  static constexpr double kCubic = 0.044715;
+  static constexpr double kSqrt2OverPi = 0.7978845608028654;
+  static constexpr double kInvSqrt2 = 0.7071067811865476, kInvSqrt2Lo = -4.833646656726457e-17;  // 1 / sqrt(2)
+  static constexpr double kInvSqrt2Pi = 0.3989422804014327;
+  static constexpr double kTwoOverSqrtPi = 1.1283791670955126;
+  bool tanh_form;
+  // -1 / sqrt(2) as exactly as the compute type can use it; the tanh form's constants as torch holds them.
+  Coefficient<T> minus_inv_sqrt2{-kInvSqrt2, -kInvSqrt2Lo}, two_sqrt_2_over_pi{2 * kSqrt2OverPi}, cubic{kCubic};
+  ACTIVATION_FN explicit Gelu(const double* args) : tanh_form(args[0] != 0.0) {}
+
+  // Phi(x), accurate in relative terms on both sides.
+  ACTIVATION_FN T cdf(T x) const {
+    if constexpr (k16BitResult) {
+      return T(0.5) * erfc_of(-x * T(kInvSqrt2));
+    } else {
+      const T z = minus_inv_sqrt2.times(x);
+      const T lost = fma_of(x, minus_inv_sqrt2.hi, -z) + x * minus_inv_sqrt2.lo;  // -x / sqrt(2) - z
+      const T erfc_z = erfc_of(z);
+      const T correction = lost * T(kTwoOverSqrtPi) * exp_of(-z * z);
+      return T(0.5) * (lost - lost == T(0) ? erfc_z - correction : erfc_z);
+    }
+  }
+  // phi(x) = exp(-x^2 / 2) / sqrt(2 pi). x^2 is held in two parts: the exponential would magnify the rounding
+  // of x^2 / 2 (60 at x = -11) times over.
+  ACTIVATION_FN T pdf(T x) const {
+    const Product<T> square(x, x);
+    const T e = T(kInvSqrt2Pi) * exp_of(T(-0.5) * square.hi);
+    return square.lo - square.lo == T(0) ? fma_of(e, T(-0.5) * square.lo, e) : e;
+  }
+  // (2u)' = 2 sqrt(2 / pi) (1 + 3 * 0.044715 x^2), for the tanh form. x is clamped to +-100, where s (1 - s)
+  // that multiplies it is 0 already: past 1e19, x^2 would overflow and 0 * inf give NaN.
+  ACTIVATION_FN T two_u_derivative(T x) const {
+    const T clamped = x < T(-100) ? T(-100) : (x > T(100) ? T(100) : x);
+    return T(2 * kSqrt2OverPi) * fma_of(T(3 * kCubic) * clamped, clamped, T(1));
+  }
+  // sigmoid(2u) for the tanh form, with 2u = 2 sqrt(2 / pi) (x + 0.044715 x^3) formed in two parts: each product
+  // keeps its rounding error (Product), and the sum's is added back.
+  ACTIVATION_FN T sigmoid_two_u(T x) const {
+    if constexpr (k16BitResult) {
+      return sigmoid_of(T(2 * kSqrt2OverPi) * fma_of(T(kCubic) * x * x, x, x));
+    } else {
+      const Product<T> square(x, x);
+      const Product<T> cube(square.hi, x);
+      const T cube_lo = fma_of(square.lo, x, cube.lo);
+      const T scaled = cubic.times(cube.hi);  // 0.044715 x^3
+      const T scaled_lo = fma_of(cubic.hi, cube.hi, -scaled) + cubic.lo * cube.hi + cubic.hi * cube_lo;
+      const T inner = x + scaled;  // x + 0.044715 x^3, and the sum's rounding error (Knuth's two-sum)
+      const T x_part = inner - scaled;
+      const T inner_lo = ((x - x_part) + (scaled - (inner - x_part))) + scaled_lo;
+      const T two_u = two_sqrt_2_over_pi.times(inner);
+      const T two_u_lo = fma_of(two_sqrt_2_over_pi.hi, inner, -two_u) + two_sqrt_2_over_pi.lo * inner +
+                         two_sqrt_2_over_pi.hi * inner_lo;
+      return two_u_lo - two_u_lo == T(0) ? sigmoid_of_sum(two_u, two_u_lo) : sigmoid_of(two_u);
+    }
+  }
+  // s (1 - s) for s = sigmoid(2u): sigmoid(2u) sigmoid(-2u), both accurate (2u is odd in x).
+  ACTIVATION_FN T sigmoid_two_u_slope(T x) const { return sigmoid_two_u(x) * sigmoid_two_u(-x); }
+
+  ACTIVATION_FN T forward(T x) const { return x * (tanh_form ? sigmoid_two_u(x) : cdf(x)); }
+  ACTIVATION_FN T backward(T grad, T x) const {
+    if (tanh_form) {  // d/dx x s(2u) = s + x s (1 - s) (2u)'
+      return grad * fma_of(x * sigmoid_two_u_slope(x), two_u_derivative(x), sigmoid_two_u(x));
+    }
+    return grad * fma_of(x, pdf(x), cdf(x));  // Phi + x phi
+  }
+  ACTIVATION_FN T second_derivative(T x) const {
+    if (tanh_form) {  // s' = s (1 - s) v with v = (2u)'; f'' = 2 s' + x (s (1 - s) v' + s' (1 - 2 s) v)
+      const T s = sigmoid_two_u(x);
+      const T slope = sigmoid_two_u_slope(x);
+      const T v = two_u_derivative(x);
+      const T s_prime = slope * v;
+      const T v_prime = T(2 * kSqrt2OverPi * 6 * kCubic) * (x < T(-100) ? T(-100) : (x > T(100) ? T(100) : x));
+      return T(2) * s_prime + x * (slope * v_prime + s_prime * (T(1) - T(2) * s) * v);
+    }
+    return pdf(x) * (T(2) - x * x);  // phi (2 - x^2)
+  }
+};
+
+// softplus(x) = log1p(exp(beta x)) / beta, and x itself where beta x > threshold (torch's switch, which keeps
+// the derivative's jump there too). args: beta, threshold. f' = sigmoid(beta x), f'' = beta s (1 - s); 1 and 0
+// past the threshold. beta x is held in two parts: on the tiny side the result is ~exp(beta x) / beta.
+template <class T, bool = false>
+struct Softplus {
+  static constexpr bool kMask = false, kFromInput = true, kFromOutput = false;
+  Coefficient<T> beta;
+  T threshold;
+  ACTIVATION_FN explicit Softplus(const double* args) : beta(args[0]), threshold(T(args[1])) {}
+  ACTIVATION_FN T beta_x(T x) const { return beta.times(x); }
+  ACTIVATION_FN T forward(T x) const {
+    const T z = beta_x(x);
+    const T lost = fma_of(x, beta.hi, -z) + x * beta.lo;  // beta x - z, what z's rounding lost
+    const T e = exp_of(z);
+    const T value = log1p_of(lost - lost == T(0) ? fma_of(e, lost, e) : e) / beta.hi;  // lost: finite only
+    return z > threshold ? x : value;
+  }
+  ACTIVATION_FN T backward(T grad, T x) const {
+    const T z = beta_x(x);
+    return z > threshold ? grad : grad * sigmoid_of(z);
+  }
+  ACTIVATION_FN T second_derivative(T x) const {
+    const T z = beta_x(x);
+    const SigmoidPair<T> p(z);
+    return z > threshold ? T(0) : beta.hi * p.s * p.one_minus_s;
+  }
+};
+
+// softsign(x) = x / (1 + |x|), written as torch's F.softsign, so that +-inf give NaN as there (inf / inf);
+// f' = 1 / (1 + |x|)^2 and f'' = -2 sign(x) / (1 + |x|)^3, both NaN at +-inf as torch's autograd gives.
+template <class T, bool = false>
+struct Softsign {
+  static constexpr bool kMask = false, kFromInput = true, kFromOutput = false;
+  ACTIVATION_FN explicit Softsign(const double*) {}
+  ACTIVATION_FN T forward(T x) const { return x / (T(1) + fabs(x)); }
+  ACTIVATION_FN T backward(T grad, T x) const {
+    const T r = T(1) / (T(1) + fabs(x));
+    return fabs(x) == T(INFINITY) ? T(NAN) : grad * (r * r);
+  }
+  ACTIVATION_FN T second_derivative(T x) const {
+    const T r = T(1) / (T(1) + fabs(x));
+    const T sign = x > T(0) ? T(1) : (x < T(0) ? T(-1) : T(0));
+    return fabs(x) == T(INFINITY) ? T(NAN) : T(-2) * sign * (r * r * r);
+  }
+};
+
+// mish(x) = x tanh(softplus(x)). With e = exp(x) and n = e (e + 2), tanh(log1p(e)) = n / (n + 2): one exponential
+// and one division, accurate on both sides (n / (n + 2) ~ e where e is tiny). Past x = 20 the tanh is 1 in
+// double already; the clamp keeps e^2 finite. With t = tanh(softplus(x)) and s = sigmoid(x):
+// f' = t + x s (1 - t^2), f'' = s (1 - t^2) (2 + x (1 - s) - 2 x s t).
+template <class T, bool = false>
+struct Mish {
+  static constexpr bool kMask = false, kFromInput = true, kFromOutput = false;
+  ACTIVATION_FN explicit Mish(const double*) {}
+  // t = tanh(softplus(x)) = n / (n + 2) and 1 - t^2 = (1 - t)(1 + t) with 1 - t = 2 / (n + 2), exact where t ~ 1.
+  struct TanhSoftplus {
+    T t, one_minus_t_squared;
+  };
+  ACTIVATION_FN TanhSoftplus tanh_softplus(T x) const {
+    const T e = exp_of(x < T(20) ? x : T(20));
+    const T n = e * (e + T(2));
+    const T r = T(1) / (n + T(2));
+    const T t = n * r;
+    return {t, (T(2) * r) * (T(1) + t)};
+  }
+  ACTIVATION_FN T forward(T x) const {
+    const T e = exp_of(x < T(20) ? x : T(20));
+    const T n = e * (e + T(2));
+    return x * (n / (n + T(2)));
+  }
+  // Past x = 20 the derivative is t = 1 (the second term is below 1e-16): so also at +inf, where x * (1 - t^2)
+  // would be inf * 0 (torch's mish_backward gives NaN there).
+  ACTIVATION_FN T backward(T grad, T x) const {
+    const TanhSoftplus t = tanh_softplus(x);
+    return grad * (!(x >= T(20)) ? fma_of(x * sigmoid_of(x), t.one_minus_t_squared, t.t) : T(1));
+  }
+  ACTIVATION_FN T second_derivative(T x) const {
+    const TanhSoftplus t = tanh_softplus(x);
+    const SigmoidPair<T> p(x);
+    return p.s * t.one_minus_t_squared * (T(2) + x * p.one_minus_s - T(2) * x * p.s * t.t);
+  }
+};
+
+// ---------------------------------------------------------------------------------------------------------------
 // The per-element operations the elementwise kernels of both devices map: compute-type values in, compute-type
 // value out. Named types (not lambdas), so that CPU kernels of different storage types share one instantiation.
 template <class F>
@@ -182,17 +513,43 @@ struct Forward {
   template <class C>
   ACTIVATION_FN C operator()(C x) const { return f.forward(x); }
 };
-template <class F>
-struct BackwardFromInput {
+// grad * f'(x), from the input or the output.
+template <class F, bool kFromOutput>
+struct Backward {
   F f;
   template <class C>
-  ACTIVATION_FN C operator()(C grad, C x) const { return f.backward_from_input(grad, x); }
+  ACTIVATION_FN C operator()(C grad, C saved) const {
+    if constexpr (kFromOutput) {
+      return f.backward_from_output(grad, saved);
+    } else {
+      return f.backward(grad, saved);
+    }
+  }
 };
-template <class F>
-struct BackwardFromOutput {
+// The derivative of grad * f'(saved) with respect to saved, times the incoming grad_grad: f'' from the input, or
+// d f' / dy from the output.
+template <class F, bool kFromOutput>
+struct DoubleBackward {
   F f;
   template <class C>
-  ACTIVATION_FN C operator()(C grad, C y) const { return f.backward_from_output(grad, y); }
+  ACTIVATION_FN C operator()(C grad_grad, C grad, C saved) const {
+    if constexpr (kFromOutput) {
+      return grad_grad * grad * f.second_derivative_from_output(saved);
+    } else {
+      return grad_grad * grad * f.second_derivative(saved);
+    }
+  }
+};
+// The backward of the piecewise-linear ops from their bit: grad * passing or grad * blocked.
+template <class T>
+struct MaskBackward {
+  Coefficient<T> passing, blocked;
+  bool blocked_is_zero;
+  ACTIVATION_FN MaskBackward(double passing_, double blocked_)
+      : passing(passing_), blocked(blocked_), blocked_is_zero(blocked_ == 0.0) {}
+  ACTIVATION_FN T operator()(T grad, bool passes) const {
+    return passes ? passing.times(grad) : (blocked_is_zero ? T(0) : blocked.times(grad));
+  }
 };
 
 }  // namespace activations

@@ -1,4 +1,7 @@
-// CUDA kernels. Pure CUDA: no torch headers (see cuda_launch.h). The math comes from activations.cuh.
+// CUDA kernels. Pure CUDA: no torch headers (see kernels.h). The math comes from activations.cuh; one generic
+// kernel per role (forward, forward with mask, backward, double backward, mask backward). CudaKernels<F> holds
+// one functor's launchers: each functor's are compiled in a unit of their own (activations.py generates
+// cuda_<Functor>.cu, one line each), so that nvcc compiles them side by side; cuda_kernels.cu dispatches to them.
 //
 // Memory layout: every buffer is dense and walked in memory order, so element i of one operand pairs with
 // element i of the others. Each thread handles one 16-byte vector (4 float, 8 half/bfloat16, 2 double) when all
@@ -11,11 +14,12 @@
 
 #include <type_traits>
 
-#include "activations.cuh"
-#include "cuda_launch.h"
+#pragma once
+
+#include "kernels.h"
 
 namespace activations {
-namespace {
+namespace cuda_detail {
 
 constexpr int kThreadsPerBlock = 256;
 constexpr int kWarpSize = 32;
@@ -91,40 +95,39 @@ __device__ __forceinline__ int64_t first_element() {
   return (static_cast<int64_t>(blockIdx.x) * kThreadsPerBlock + threadIdx.x) * kVec;
 }
 
-template <bool kBinary, class S, class Op>
-__device__ __forceinline__ S apply(const Op& op, S a, S b) {
-  using St = Storage<S>;
-  if constexpr (kBinary) {
-    return St::store(op(St::load(a), St::load(b)));
-  } else {
-    return St::store(op(St::load(a)));
-  }
-}
-
-// out[i] = op(a[i]) or op(a[i], b[i]).
-template <int kVec, bool kBinary, class S, class Op>
+// out[i] = op(in_0[i], ...) for 1 to 3 inputs, computed in the compute type and rounded once on store.
+template <int kVec, class S, class Op, int kInputs>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    elementwise_kernel(int64_t n, Op op, S* __restrict__ out, const S* __restrict__ a, const S* __restrict__ b) {
+    elementwise_kernel(int64_t n, Op op, S* __restrict__ out, const S* __restrict__ a, const S* __restrict__ b,
+                       const S* __restrict__ c) {
+  using St = Storage<S>;
+  const auto apply = [&](S va, S vb, S vc) {
+    if constexpr (kInputs == 1) return St::store(op(St::load(va)));
+    if constexpr (kInputs == 2) return St::store(op(St::load(va), St::load(vb)));
+    if constexpr (kInputs == 3) return St::store(op(St::load(va), St::load(vb), St::load(vc)));
+  };
   const int64_t first = first_element<kVec>();
   if (first + kVec <= n) {
     const Pack<S, kVec> pa = load_pack<S, kVec>(a + first);
-    Pack<S, kVec> pb;
-    if constexpr (kBinary) pb = load_pack<S, kVec>(b + first);
+    Pack<S, kVec> pb = pa, pc = pa;
+    if constexpr (kInputs >= 2) pb = load_pack<S, kVec>(b + first);
+    if constexpr (kInputs >= 3) pc = load_pack<S, kVec>(c + first);
     Pack<S, kVec> result;
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) result.v[k] = apply<kBinary>(op, pa.v[k], kBinary ? pb.v[k] : pa.v[k]);
+    for (int k = 0; k < kVec; ++k) result.v[k] = apply(pa.v[k], pb.v[k], pc.v[k]);
     store_pack<S, kVec>(out + first, result);
   } else {
-    for (int64_t i = first; i < n; ++i) out[i] = apply<kBinary>(op, a[i], kBinary ? b[i] : a[i]);
+    for (int64_t i = first; i < n; ++i) {
+      out[i] = apply(a[i], kInputs >= 2 ? b[i] : a[i], kInputs >= 3 ? c[i] : a[i]);
+    }
   }
 }
 
-// y = relu(x) and, packed 8 to a byte, the bit the backward needs (Relu::passes_gradient).
-template <int kVec, class S>
+// y = f(x) and, packed 8 to a byte, the bit the backward needs (F::passes), for the piecewise-linear functors.
+template <int kVec, class S, class F>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    relu_forward_mask_kernel(int64_t n, S* __restrict__ y, uint8_t* __restrict__ mask, const S* __restrict__ x) {
+    forward_mask_kernel(int64_t n, F f, S* __restrict__ y, uint8_t* __restrict__ mask, const S* __restrict__ x) {
   using St = Storage<S>;
-  const Relu<typename St::compute> relu{};
   const int64_t first = first_element<kVec>();
   uint32_t bits = 0;
   if (first + kVec <= n) {
@@ -133,15 +136,15 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
       const auto v = St::load(in.v[k]);
-      out.v[k] = St::store(relu.forward(v));
-      bits |= uint32_t(relu.passes_gradient(v)) << k;
+      out.v[k] = St::store(f.forward(v));
+      bits |= uint32_t(f.passes(v)) << k;
     }
     store_pack<S, kVec>(y + first, out);
   } else {
     for (int k = 0; first + k < n; ++k) {
       const auto v = St::load(x[first + k]);
-      y[first + k] = St::store(relu.forward(v));
-      bits |= uint32_t(relu.passes_gradient(v)) << k;
+      y[first + k] = St::store(f.forward(v));
+      bits |= uint32_t(f.passes(v)) << k;
     }
   }
   // One mask byte covers 8 / kVec consecutive threads of a warp: OR their bits together, and the first of them
@@ -154,12 +157,12 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   if (lane % kLanesPerByte == 0 && first < n) mask[first / 8] = static_cast<uint8_t>(bits);
 }
 
-// grad_in = grad_out where the mask bit is set, else 0.
+// grad_in = grad_out * passing where the mask bit is set, grad_out * blocked elsewhere.
 template <int kVec, class S>
-__global__ void __launch_bounds__(kThreadsPerBlock) relu_backward_mask_kernel(
-    int64_t n, S* __restrict__ grad_in, const uint8_t* __restrict__ mask, const S* __restrict__ grad_out) {
+__global__ void __launch_bounds__(kThreadsPerBlock)
+    mask_backward_kernel(int64_t n, MaskBackward<typename Storage<S>::compute> backward, S* __restrict__ grad_in,
+                         const uint8_t* __restrict__ mask, const S* __restrict__ grad_out) {
   using St = Storage<S>;
-  const Relu<typename St::compute> relu{};
   const int64_t first = first_element<kVec>();
   if (first >= n) return;
   // kVec divides 8: this thread's bits share one byte. The byte is read after the gradient in each branch, so
@@ -172,16 +175,16 @@ __global__ void __launch_bounds__(kThreadsPerBlock) relu_backward_mask_kernel(
     const uint32_t bits = uint32_t(*byte) >> shift;
     Pack<S, kVec> out;
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) out.v[k] = St::store(relu.backward(St::load(g.v[k]), (bits >> k) & 1u));
+    for (int k = 0; k < kVec; ++k) out.v[k] = St::store(backward(St::load(g.v[k]), (bits >> k) & 1u));
     store_pack_streaming<S, kVec>(grad_in + first, out);
   } else {
     const uint32_t bits = uint32_t(*byte) >> shift;
     for (int k = 0; first + k < n; ++k)
-      grad_in[first + k] = St::store(relu.backward(St::load(grad_out[first + k]), (bits >> k) & 1u));
+      grad_in[first + k] = St::store(backward(St::load(grad_out[first + k]), (bits >> k) & 1u));
   }
 }
 
-bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
+inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 // Launches kernel<kVec> with kVec = the 16-byte width when all pointers allow it, else 1.
 template <class S, class Launch>
@@ -211,60 +214,88 @@ const char* with_storage_type(DType dtype, Fn&& fn) {
   return "activations: unknown dtype code";
 }
 
-template <bool kBinary, class S, class Op>
-const char* launch_elementwise(int64_t n, Op op, void* out, const void* a, const void* b, void* stream) {
-  const bool all_aligned = aligned16(out) && aligned16(a) && (!kBinary || aligned16(b));
-  return launch<S>(n, all_aligned, [&](auto vec, unsigned blocks) {
-    elementwise_kernel<decltype(vec)::value, kBinary><<<blocks, kThreadsPerBlock, 0, (cudaStream_t)stream>>>(
-        n, op, static_cast<S*>(out), static_cast<const S*>(a), static_cast<const S*>(b));
-  });
-}
-
-}  // namespace
-
-const char* cuda_relu_forward(DType dtype, const void* x, void* y, uint8_t* mask, int64_t n, void* stream) {
-  return with_storage_type(dtype, [&](auto tag) {
-    using S = decltype(tag);
-    if (mask == nullptr) {
-      return launch_elementwise<false, S>(n, Forward<Relu<typename Storage<S>::compute>>{}, y, x, nullptr, stream);
-    }
-    return launch<S>(n, aligned16(x) && aligned16(y), [&](auto vec, unsigned blocks) {
-      relu_forward_mask_kernel<decltype(vec)::value><<<blocks, kThreadsPerBlock, 0, (cudaStream_t)stream>>>(
-          n, static_cast<S*>(y), mask, static_cast<const S*>(x));
-    });
-  });
-}
-
-const char* cuda_relu_backward(DType dtype, const void* grad_out, const uint8_t* mask, void* grad_in, int64_t n,
+// out = op(a, b, c) elementwise (b, c: only the first kInputs are read). Scalar accesses only with kVectors
+// false: the double backward is not worth its wide instantiations in build time.
+template <class S, int kInputs, bool kVectors = true, class Op>
+const char* launch_elementwise(int64_t n, Op op, void* out, const void* a, const void* b, const void* c,
                                void* stream) {
-  return with_storage_type(dtype, [&](auto tag) {
-    using S = decltype(tag);
-    return launch<S>(n, aligned16(grad_out) && aligned16(grad_in), [&](auto vec, unsigned blocks) {
-      relu_backward_mask_kernel<decltype(vec)::value><<<blocks, kThreadsPerBlock, 0, (cudaStream_t)stream>>>(
-          n, static_cast<S*>(grad_in), mask, static_cast<const S*>(grad_out));
-    });
-  });
-}
-
-const char* cuda_elu_forward(DType dtype, const void* x, void* y, int64_t n, double alpha, double scale,
-                             void* stream) {
-  return with_storage_type(dtype, [&](auto tag) {
-    using S = decltype(tag);
-    const Elu<typename Storage<S>::compute, Storage<S>::k16Bit> elu(alpha, scale);
-    return launch_elementwise<false, S>(n, Forward<decltype(elu)>{elu}, y, x, nullptr, stream);
-  });
-}
-
-const char* cuda_elu_backward(DType dtype, const void* grad_out, const void* saved, void* grad_in, int64_t n,
-                              double alpha, double scale, bool saved_is_output, void* stream) {
-  return with_storage_type(dtype, [&](auto tag) {
-    using S = decltype(tag);
-    const Elu<typename Storage<S>::compute> elu(alpha, scale);
-    if (saved_is_output) {
-      return launch_elementwise<true, S>(n, BackwardFromOutput<decltype(elu)>{elu}, grad_in, grad_out, saved, stream);
+  const bool all_aligned = kVectors && aligned16(out) && aligned16(a) && (kInputs < 2 || aligned16(b)) &&
+                           (kInputs < 3 || aligned16(c));
+  return launch<S>(n, all_aligned, [&](auto vec, unsigned blocks) {
+    if constexpr (kVectors || decltype(vec)::value == 1) {
+      elementwise_kernel<decltype(vec)::value, S, Op, kInputs><<<blocks, kThreadsPerBlock, 0, (cudaStream_t)stream>>>(
+          n, op, static_cast<S*>(out), static_cast<const S*>(a), static_cast<const S*>(b), static_cast<const S*>(c));
     }
-    return launch_elementwise<true, S>(n, BackwardFromInput<decltype(elu)>{elu}, grad_in, grad_out, saved, stream);
   });
 }
+
+}  // namespace cuda_detail
+
+template <template <class, bool> class F>
+struct CudaKernels {
+  // The functor for storage type S: F<float, true> for 16-bit results (a cheaper formula may do).
+  template <class S>
+  using For = F<typename cuda_detail::Storage<S>::compute, cuda_detail::Storage<S>::k16Bit>;
+
+  static const char* forward(DType dtype, const double* args, const void* x, void* y, uint8_t* mask, int64_t n,
+                             void* stream) {
+    using namespace cuda_detail;
+    return with_storage_type(dtype, [&](auto storage) -> const char* {
+      using S = decltype(storage);
+      const For<S> f(args);
+      if (mask == nullptr) return launch_elementwise<S, 1>(n, Forward<For<S>>{f}, y, x, nullptr, nullptr, stream);
+      if constexpr (For<S>::kMask) {
+        return launch<S>(n, aligned16(x) && aligned16(y), [&](auto vec, unsigned blocks) {
+          forward_mask_kernel<decltype(vec)::value><<<blocks, kThreadsPerBlock, 0, (cudaStream_t)stream>>>(
+              n, f, static_cast<S*>(y), mask, static_cast<const S*>(x));
+        });
+      }
+      return "activations: this activation has no mask";
+    });
+  }
+
+  static const char* backward(DType dtype, const double* args, bool from_output, const void* grad_out,
+                              const void* saved, void* grad_in, int64_t n, void* stream) {
+    using namespace cuda_detail;
+    return with_storage_type(dtype, [&](auto storage) -> const char* {
+      using S = decltype(storage);
+      using G = F<typename Storage<S>::compute, false>;
+      const G f(args);
+      if constexpr (G::kFromOutput) {
+        if (from_output) return launch_elementwise<S, 2>(n, Backward<G, true>{f}, grad_in, grad_out, saved, nullptr, stream);
+      }
+      if constexpr (G::kFromInput) {
+        if (!from_output) return launch_elementwise<S, 2>(n, Backward<G, false>{f}, grad_in, grad_out, saved, nullptr, stream);
+      }
+      return "activations: this activation has no backward from that saved tensor";
+    });
+  }
+
+  static const char* double_backward(DType dtype, const double* args, bool from_output, const void* grad_grad,
+                                     const void* grad_out, const void* saved, void* out, int64_t n, void* stream) {
+    using namespace cuda_detail;
+    return with_storage_type(dtype, [&](auto storage) -> const char* {
+      using S = decltype(storage);
+      using G = F<typename Storage<S>::compute, false>;
+      const G f(args);
+      if constexpr (G::kFromOutput) {
+        if (from_output) {
+          return launch_elementwise<S, 3, false>(n, DoubleBackward<G, true>{f}, out, grad_grad, grad_out, saved, stream);
+        }
+      }
+      if constexpr (G::kFromInput) {
+        if (!from_output) {
+          return launch_elementwise<S, 3, false>(n, DoubleBackward<G, false>{f}, out, grad_grad, grad_out, saved, stream);
+        }
+      }
+      return "activations: this activation has no double backward from that saved tensor";
+    });
+  }
+};
+
+// Each functor's launchers are instantiated in its own unit (cuda_<Functor>.cu), not where they are called.
+#define ACTIVATIONS_EXTERN_CUDA_KERNELS(F) extern template struct CudaKernels<F>;
+ACTIVATIONS_FOR_EACH_FUNCTOR(ACTIVATIONS_EXTERN_CUDA_KERNELS)
+#undef ACTIVATIONS_EXTERN_CUDA_KERNELS
 
 }  // namespace activations
