@@ -92,6 +92,23 @@ ACTIVATION_FN float exp_of(float x) { return host_float::exp(x); }
 #endif
 ACTIVATION_FN double exp_of(double x) { return exp(x); }
 ACTIVATION_FN float fma_of(float a, float b, float c) { return fmaf(a, b, c); }
+
+// log for results rounded to float16 or bfloat16: __logf (absolute error about 2^-21) on the GPU.
+#ifdef __CUDA_ARCH__
+ACTIVATION_FN float log_for_16bit(float x) { return __logf(x); }
+#else
+ACTIVATION_FN float log_for_16bit(float x) { return logf(x); }
+#endif
+
+// exp for results rounded to float16 or bfloat16: CUDA's __expf (one ex2.approx, relative error about 2^-21 where
+// the result is normal) on the GPU, where the accurate expf makes the 16-bit kernels, with 8 elements a thread,
+// compute-bound; the float one on the CPU.
+#ifdef __CUDA_ARCH__
+ACTIVATION_FN float exp_for_16bit(float x) { return __expf(x); }
+#else
+ACTIVATION_FN float exp_for_16bit(float x) { return exp_of(x); }
+#endif
+ACTIVATION_FN double exp_for_16bit(double x) { return exp_of(x); }  // not used: a double result is not 16-bit
 ACTIVATION_FN double fma_of(double a, double b, double c) { return fma(a, b, c); }
 
 // expm1 for results that are rounded to float16 or bfloat16. A float's accuracy (1 ulp) is wasted there, and
@@ -143,27 +160,20 @@ ACTIVATION_FN T sigmoid_of(T x) {
 
 // sigmoid(x) and 1 - sigmoid(x) = sigmoid(-x), both to full relative accuracy (1 - s computed from a rounded s
 // would lose the bits that matter where s is near 1).
+// Of x + lo for a value held in two parts (|lo| << |x|), the argument's rounding error lo is applied to the
+// exponential, which would magnify it |x| times: exp(-|x + lo|) = exp(-|x|) (1 -+ lo). `fast`: the cheap
+// exponential, for 16-bit results.
 template <class T>
 struct SigmoidPair {
   T s, one_minus_s;
-  ACTIVATION_FN explicit SigmoidPair(T x) {
-    const T e = exp_of(-fabs(x));
+  ACTIVATION_FN explicit SigmoidPair(T x, T lo = T(0), bool fast = false) {
+    const T e_x = fast ? exp_for_16bit(-fabs(x)) : exp_of(-fabs(x));
+    const T e = fma_of(e_x, x < T(0) ? lo : -lo, e_x);
     const T r = T(1) / (T(1) + e);
     s = x < T(0) ? e * r : r;
     one_minus_s = x < T(0) ? r : e * r;
   }
 };
-
-// sigmoid(hi + lo) for a value held in two parts (|lo| << |hi|), for arguments computed with a rounding error
-// that the exponential would magnify: on the tiny side sigmoid ~ exp(v), whose relative error is |v| times v's.
-template <class T>
-ACTIVATION_FN T sigmoid_of_sum(T hi, T lo) {
-  const T sign = hi < T(0) ? T(1) : T(-1);
-  const T e_hi = exp_of(-fabs(hi));
-  const T e = fma_of(e_hi, sign * lo, e_hi);  // exp(-|hi + lo|) = exp(-|hi|) (1 -+ lo)
-  const T r = T(1) / (T(1) + e);
-  return hi < T(0) ? e * r : r;
-}
 
 // torch.selu's constants (aten/src/ATen/native/Activation.cpp).
 constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
@@ -300,12 +310,23 @@ struct Sigmoid {
 
 // tanh(x); the backward from the output, as torch's: 1 - y^2, written (1 - y)(1 + y), which is exact in its
 // first factor near |y| = 1; its derivative in y is -2 y.
-template <class T, bool = false>
+template <class T, bool k16BitResult = false>
 struct Tanh {
   static constexpr bool kMask = false, kFromInput = false, kFromOutput = true;
   ACTIVATION_FN explicit Tanh(const double*) {}
   static ACTIVATION_FN bool output_determines_input_side(const double*) { return true; }
-  ACTIVATION_FN T forward(T x) const { return tanh_of(x); }
+  ACTIVATION_FN T forward(T x) const {
+    if constexpr (k16BitResult) {
+      // 1 - 2 / (exp(2|x|) + 1) with the cheap exponential; near zero, where it cancels, the series to x^5
+      // (relative error below x^6 / 18 < 2^-28).
+      const T a = fabs(x);
+      const T via_exp = T(1) - T(2) / (exp_for_16bit(T(2) * a) + T(1));
+      const T square = x * x;
+      const T series = x * fma_of(square, fma_of(square, T(2.0 / 15), T(-1.0 / 3)), T(1));
+      return a < T(0.0625) ? series : copysign(via_exp, x);
+    }
+    return tanh_of(x);
+  }
   ACTIVATION_FN T backward_from_output(T grad, T y) const { return grad * ((T(1) - y) * (T(1) + y)); }
   ACTIVATION_FN T second_derivative_from_output(T y) const { return T(-2) * y; }
 };
@@ -353,24 +374,40 @@ struct Gelu {
   Coefficient<T> minus_inv_sqrt2{-kInvSqrt2, -kInvSqrt2Lo}, two_sqrt_2_over_pi{2 * kSqrt2OverPi}, cubic{kCubic};
   ACTIVATION_FN explicit Gelu(const double* args) : tanh_form(args[0] != 0.0) {}
 
-  // Phi(x), accurate in relative terms on both sides.
-  ACTIVATION_FN T cdf(T x) const {
-    if constexpr (k16BitResult) {
-      return T(0.5) * erfc_of(-x * T(kInvSqrt2));
-    } else {
+  // Phi(x) and phi(x), both from E = exp(-x^2 / 2), with x^2 in two parts (the exponential would magnify the
+  // rounding of x^2 / 2, 60 at x = -11, times over). In float: Phi(-|x|) = erfc(|x| / sqrt(2)) / 2 by Numerical
+  // Recipes' erfcc, t E exp(P(t)) with t = 1 / (1 + |x| / (2 sqrt(2))) and a polynomial P (relative error below
+  // 1.2e-7 on the whole line), whose exponential has a small argument: one division, two exponentials, no
+  // cancellation; and Phi(|x|) = 1 - Phi(-|x|). In double, where 1.2e-7 is too coarse: the C library's erfc,
+  // with -x / sqrt(2) in two parts and its rounding corrected to first order.
+  struct Normal {
+    T cdf, pdf;
+  };
+  ACTIVATION_FN Normal normal(T x) const {
+    const Product<T> square(x, x);
+    const T e = k16BitResult ? exp_for_16bit(T(-0.5) * square.hi) : exp_of(T(-0.5) * square.hi);
+    const T exp_half_square = square.lo - square.lo == T(0) ? fma_of(e, T(-0.5) * square.lo, e) : e;
+    const T pdf = T(kInvSqrt2Pi) * exp_half_square;
+    if constexpr (sizeof(T) == 8) {
       const T z = minus_inv_sqrt2.times(x);
       const T lost = fma_of(x, minus_inv_sqrt2.hi, -z) + x * minus_inv_sqrt2.lo;  // -x / sqrt(2) - z
       const T erfc_z = erfc_of(z);
       const T correction = lost * T(kTwoOverSqrtPi) * exp_of(-z * z);
-      return T(0.5) * (lost - lost == T(0) ? erfc_z - correction : erfc_z);
+      return {T(0.5) * (lost - lost == T(0) ? erfc_z - correction : erfc_z), pdf};
+    } else {
+      const T t = T(1) / fma_of(fabs(x), T(0.5 * kInvSqrt2), T(1));
+      T p = fma_of(T(0.17087277), t, T(-0.82215223));
+      p = fma_of(p, t, T(1.48851587));
+      p = fma_of(p, t, T(-1.13520398));
+      p = fma_of(p, t, T(0.27886807));
+      p = fma_of(p, t, T(-0.18628806));
+      p = fma_of(p, t, T(0.09678418));
+      p = fma_of(p, t, T(0.37409196));
+      p = fma_of(p, t, T(1.00002368));
+      p = fma_of(p, t, T(-1.26551223));
+      const T tail = T(0.5) * t * exp_half_square * (k16BitResult ? exp_for_16bit(p) : exp_of(p));  // Phi(-|x|)
+      return {x < T(0) ? tail : T(1) - tail, pdf};
     }
-  }
-  // phi(x) = exp(-x^2 / 2) / sqrt(2 pi). x^2 is held in two parts: the exponential would magnify the rounding
-  // of x^2 / 2 (60 at x = -11) times over.
-  ACTIVATION_FN T pdf(T x) const {
-    const Product<T> square(x, x);
-    const T e = T(kInvSqrt2Pi) * exp_of(T(-0.5) * square.hi);
-    return square.lo - square.lo == T(0) ? fma_of(e, T(-0.5) * square.lo, e) : e;
   }
   // (2u)' = 2 sqrt(2 / pi) (1 + 3 * 0.044715 x^2), for the tanh form. x is clamped to +-100, where s (1 - s)
   // that multiplies it is 0 already: past 1e19, x^2 would overflow and 0 * inf give NaN.
@@ -378,11 +415,11 @@ struct Gelu {
     const T clamped = x < T(-100) ? T(-100) : (x > T(100) ? T(100) : x);
     return T(2 * kSqrt2OverPi) * fma_of(T(3 * kCubic) * clamped, clamped, T(1));
   }
-  // sigmoid(2u) for the tanh form, with 2u = 2 sqrt(2 / pi) (x + 0.044715 x^3) formed in two parts: each product
-  // keeps its rounding error (Product), and the sum's is added back.
-  ACTIVATION_FN T sigmoid_two_u(T x) const {
+  // sigmoid(2u) and 1 - sigmoid(2u) for the tanh form, with 2u = 2 sqrt(2 / pi) (x + 0.044715 x^3) formed in two
+  // parts: each product keeps its rounding error (Product), and the sum's is added back.
+  ACTIVATION_FN SigmoidPair<T> sigmoid_two_u(T x) const {
     if constexpr (k16BitResult) {
-      return sigmoid_of(T(2 * kSqrt2OverPi) * fma_of(T(kCubic) * x * x, x, x));
+      return SigmoidPair<T>(T(2 * kSqrt2OverPi) * fma_of(T(kCubic) * x * x, x, x), T(0), true);
     } else {
       const Product<T> square(x, x);
       const Product<T> cube(square.hi, x);
@@ -395,36 +432,37 @@ struct Gelu {
       const T two_u = two_sqrt_2_over_pi.times(inner);
       const T two_u_lo = fma_of(two_sqrt_2_over_pi.hi, inner, -two_u) + two_sqrt_2_over_pi.lo * inner +
                          two_sqrt_2_over_pi.hi * inner_lo;
-      return two_u_lo - two_u_lo == T(0) ? sigmoid_of_sum(two_u, two_u_lo) : sigmoid_of(two_u);
+      return SigmoidPair<T>(two_u, two_u_lo - two_u_lo == T(0) ? two_u_lo : T(0));
     }
   }
-  // s (1 - s) for s = sigmoid(2u): sigmoid(2u) sigmoid(-2u), both accurate (2u is odd in x).
-  ACTIVATION_FN T sigmoid_two_u_slope(T x) const { return sigmoid_two_u(x) * sigmoid_two_u(-x); }
 
-  ACTIVATION_FN T forward(T x) const { return x * (tanh_form ? sigmoid_two_u(x) : cdf(x)); }
+  ACTIVATION_FN T forward(T x) const { return x * (tanh_form ? sigmoid_two_u(x).s : normal(x).cdf); }
   ACTIVATION_FN T backward(T grad, T x) const {
     if (tanh_form) {  // d/dx x s(2u) = s + x s (1 - s) (2u)'
-      return grad * fma_of(x * sigmoid_two_u_slope(x), two_u_derivative(x), sigmoid_two_u(x));
+      const SigmoidPair<T> p = sigmoid_two_u(x);
+      return grad * fma_of(x * (p.s * p.one_minus_s), two_u_derivative(x), p.s);
     }
-    return grad * fma_of(x, pdf(x), cdf(x));  // Phi + x phi
+    const Normal n = normal(x);
+    return grad * fma_of(x, n.pdf, n.cdf);  // Phi + x phi
   }
   ACTIVATION_FN T second_derivative(T x) const {
     if (tanh_form) {  // s' = s (1 - s) v with v = (2u)'; f'' = 2 s' + x (s (1 - s) v' + s' (1 - 2 s) v)
-      const T s = sigmoid_two_u(x);
-      const T slope = sigmoid_two_u_slope(x);
+      const SigmoidPair<T> p = sigmoid_two_u(x);
+      const T s = p.s;
+      const T slope = p.s * p.one_minus_s;
       const T v = two_u_derivative(x);
       const T s_prime = slope * v;
       const T v_prime = T(2 * kSqrt2OverPi * 6 * kCubic) * (x < T(-100) ? T(-100) : (x > T(100) ? T(100) : x));
       return T(2) * s_prime + x * (slope * v_prime + s_prime * (T(1) - T(2) * s) * v);
     }
-    return pdf(x) * (T(2) - x * x);  // phi (2 - x^2)
+    return normal(x).pdf * (T(2) - x * x);  // phi (2 - x^2)
   }
 };
 
 // softplus(x) = log1p(exp(beta x)) / beta, and x itself where beta x > threshold (torch's switch, which keeps
 // the derivative's jump there too). args: beta, threshold. f' = sigmoid(beta x), f'' = beta s (1 - s); 1 and 0
 // past the threshold. beta x is held in two parts: on the tiny side the result is ~exp(beta x) / beta.
-template <class T, bool = false>
+template <class T, bool k16BitResult = false>
 struct Softplus {
   static constexpr bool kMask = false, kFromInput = true, kFromOutput = false;
   Coefficient<T> beta;
@@ -433,6 +471,12 @@ struct Softplus {
   ACTIVATION_FN T beta_x(T x) const { return beta.times(x); }
   ACTIVATION_FN T forward(T x) const {
     const T z = beta_x(x);
+    if constexpr (k16BitResult) {  // the cheap exponential and logarithm; log1p's series where 1 + e would round
+      const T e = exp_for_16bit(z);
+      const T small = e * fma_of(e, fma_of(e, T(1.0 / 3), T(-0.5)), T(1));  // relative error below e^3 / 4
+      const T log_one_plus = e < T(0.03125) ? small : log_for_16bit(T(1) + e);
+      return z > threshold ? x : log_one_plus / beta.hi;
+    }
     const T lost = fma_of(x, beta.hi, -z) + x * beta.lo;  // beta x - z, what z's rounding lost
     const T e = exp_of(z);
     const T value = log1p_of(lost - lost == T(0) ? fma_of(e, lost, e) : e) / beta.hi;  // lost: finite only
