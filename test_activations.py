@@ -222,9 +222,12 @@ def reference(name, x, exact_float64=False):
 # arguments cost up to 2 x^2 ulp in ours and in the float64 reference alike), and below 2^-1000 for the others.
 FLOAT32_ULP = {
     "relu": (0, 0), "leaky_relu": (1, 1), "elu": (2, 3), "selu": (2, 3), "sigmoid": (3, 2), "tanh": (3, 2),
-    "silu": (4, 4), "gelu": (8, 8), "hardsigmoid": (1, 1), "softplus": (3, 3), "softsign": (2, 4), "hardtanh": (0, 0),
+    "silu": (4, 4), "gelu": (8, 8), "hardsigmoid": (1, 1), "softplus": (3, 4), "softsign": (2, 4), "hardtanh": (0, 0),
     "relu6": (0, 0), "mish": (4, 5),
 }
+# softplus' backward is grad * sigmoid(beta x): CUDA's expf (2 ulp) and four roundings (1 + e, the reciprocal, e r,
+# the product with grad) of half an ulp each bound it by 4 ulp; random inputs met 3.37 on the H100, where the
+# sampled whole-range sweep had found no more than 3.
 UNDERFLOW_OPS = {"silu", "gelu", "mish"}
 MANTISSA_BITS = {torch.float32: 23, torch.float64: 52, torch.float16: 10, torch.bfloat16: 7}
 

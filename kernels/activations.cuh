@@ -109,6 +109,15 @@ ACTIVATION_FN float exp_for_16bit(float x) { return __expf(x); }
 ACTIVATION_FN float exp_for_16bit(float x) { return exp_of(x); }
 #endif
 ACTIVATION_FN double exp_for_16bit(double x) { return exp_of(x); }  // not used: a double result is not 16-bit
+
+// 1 / x for results rounded to float16 or bfloat16: __fdividef's one MUFU.RCP (error about 2 ulp of float) on the
+// GPU, without a division's Newton steps and slow path; 0 for |x| > 2^126, where every use here wants ~0 anyway.
+#ifdef __CUDA_ARCH__
+ACTIVATION_FN float reciprocal_for_16bit(float x) { return __fdividef(1.0f, x); }
+#else
+ACTIVATION_FN float reciprocal_for_16bit(float x) { return 1.0f / x; }
+#endif
+ACTIVATION_FN double reciprocal_for_16bit(double x) { return 1.0 / x; }  // not used: a double result is not 16-bit
 ACTIVATION_FN double fma_of(double a, double b, double c) { return fma(a, b, c); }
 
 // expm1 for results that are rounded to float16 or bfloat16. A float's accuracy (1 ulp) is wasted there, and
@@ -169,7 +178,7 @@ struct SigmoidPair {
   ACTIVATION_FN explicit SigmoidPair(T x, T lo = T(0), bool fast = false) {
     const T e_x = fast ? exp_for_16bit(-fabs(x)) : exp_of(-fabs(x));
     const T e = fma_of(e_x, x < T(0) ? lo : -lo, e_x);
-    const T r = T(1) / (T(1) + e);
+    const T r = fast ? reciprocal_for_16bit(T(1) + e) : T(1) / (T(1) + e);
     s = x < T(0) ? e * r : r;
     one_minus_s = x < T(0) ? r : e * r;
   }
@@ -320,7 +329,7 @@ struct Tanh {
       // 1 - 2 / (exp(2|x|) + 1) with the cheap exponential; near zero, where it cancels, the series to x^5
       // (relative error below x^6 / 18 < 2^-28).
       const T a = fabs(x);
-      const T via_exp = T(1) - T(2) / (exp_for_16bit(T(2) * a) + T(1));
+      const T via_exp = T(1) - T(2) * reciprocal_for_16bit(exp_for_16bit(T(2) * a) + T(1));
       const T square = x * x;
       const T series = x * fma_of(square, fma_of(square, T(2.0 / 15), T(-1.0 / 3)), T(1));
       return a < T(0.0625) ? series : copysign(via_exp, x);
@@ -384,8 +393,16 @@ struct Gelu {
     T cdf, pdf;
   };
   ACTIVATION_FN Normal normal(T x) const {
+    if constexpr (k16BitResult) {
+      // For a 16-bit result: erfcc's tail as one exponential, exp(p - x^2 / 2), and a cheap reciprocal. The
+      // rounding of x^2 (2^-24 of x^2 / 2 < 90 where the result is not 0) moves it by less than 2^-17.
+      const T minus_half_square = T(-0.5) * x * x;
+      const T t = reciprocal_for_16bit(fma_of(fabs(x), T(0.5 * kInvSqrt2), T(1)));
+      const T tail = T(0.5) * t * exp_for_16bit(erfcc_exponent(t) + minus_half_square);  // Phi(-|x|)
+      return {x < T(0) ? tail : T(1) - tail, T(kInvSqrt2Pi) * exp_for_16bit(minus_half_square)};
+    }
     const Product<T> square(x, x);
-    const T e = k16BitResult ? exp_for_16bit(T(-0.5) * square.hi) : exp_of(T(-0.5) * square.hi);
+    const T e = exp_of(T(-0.5) * square.hi);
     const T exp_half_square = square.lo - square.lo == T(0) ? fma_of(e, T(-0.5) * square.lo, e) : e;
     const T pdf = T(kInvSqrt2Pi) * exp_half_square;
     if constexpr (sizeof(T) == 8) {
@@ -396,18 +413,21 @@ struct Gelu {
       return {T(0.5) * (lost - lost == T(0) ? erfc_z - correction : erfc_z), pdf};
     } else {
       const T t = T(1) / fma_of(fabs(x), T(0.5 * kInvSqrt2), T(1));
-      T p = fma_of(T(0.17087277), t, T(-0.82215223));
-      p = fma_of(p, t, T(1.48851587));
-      p = fma_of(p, t, T(-1.13520398));
-      p = fma_of(p, t, T(0.27886807));
-      p = fma_of(p, t, T(-0.18628806));
-      p = fma_of(p, t, T(0.09678418));
-      p = fma_of(p, t, T(0.37409196));
-      p = fma_of(p, t, T(1.00002368));
-      p = fma_of(p, t, T(-1.26551223));
-      const T tail = T(0.5) * t * exp_half_square * (k16BitResult ? exp_for_16bit(p) : exp_of(p));  // Phi(-|x|)
+      const T tail = T(0.5) * t * exp_half_square * exp_of(erfcc_exponent(t));  // Phi(-|x|)
       return {x < T(0) ? tail : T(1) - tail, pdf};
     }
+  }
+  // erfcc's polynomial P(t): erfc(z) = t exp(-z^2 + P(t)) with t = 1 / (1 + z / 2), z >= 0.
+  static ACTIVATION_FN T erfcc_exponent(T t) {
+    T p = fma_of(T(0.17087277), t, T(-0.82215223));
+    p = fma_of(p, t, T(1.48851587));
+    p = fma_of(p, t, T(-1.13520398));
+    p = fma_of(p, t, T(0.27886807));
+    p = fma_of(p, t, T(-0.18628806));
+    p = fma_of(p, t, T(0.09678418));
+    p = fma_of(p, t, T(0.37409196));
+    p = fma_of(p, t, T(1.00002368));
+    return fma_of(p, t, T(-1.26551223));
   }
   // (2u)' = 2 sqrt(2 / pi) (1 + 3 * 0.044715 x^2), for the tanh form. x is clamped to +-100, where s (1 - s)
   // that multiplies it is 0 already: past 1e19, x^2 would overflow and 0 * inf give NaN.
@@ -479,8 +499,9 @@ struct Softplus {
     }
     const T lost = fma_of(x, beta.hi, -z) + x * beta.lo;  // beta x - z, what z's rounding lost
     const T e = exp_of(z);
-    const T value = log1p_of(lost - lost == T(0) ? fma_of(e, lost, e) : e) / beta.hi;  // lost: finite only
-    return z > threshold ? x : value;
+    const T log_one_plus = log1p_of(lost - lost == T(0) ? fma_of(e, lost, e) : e);  // lost: finite only
+    // beta = 1, torch's default, skips the division (a uniform branch: every thread takes the same side).
+    return z > threshold ? x : (beta.hi == T(1) ? log_one_plus : log_one_plus / beta.hi);
   }
   ACTIVATION_FN T backward(T grad, T x) const {
     const T z = beta_x(x);

@@ -259,7 +259,7 @@ struct CudaKernels {
     using namespace cuda_detail;
     return with_storage_type(dtype, [&](auto storage) -> const char* {
       using S = decltype(storage);
-      using G = F<typename Storage<S>::compute, false>;
+      using G = For<S>;  // grad * f'(x) is rounded to 16 bits as the forward's result is: the cheap formulas do
       const G f(args);
       if constexpr (G::kFromOutput) {
         if (from_output) return launch_elementwise<S, 2>(n, Backward<G, true>{f}, grad_in, grad_out, saved, nullptr, stream);
