@@ -1,18 +1,23 @@
-"""ReLU, ELU and SELU as JIT-compiled PyTorch operators with CPU and CUDA kernels of their own.
+"""Neural-network activations as JIT-compiled PyTorch operators with CPU and CUDA kernels of their own.
 
     import activations
-    y = activations.elu(x, alpha=1.0)          # forward and backward run our kernels
+    y = activations.gelu(x, approximate="tanh")   # torch's signature; forward and backward run our kernels
     model = torch.nn.Sequential(torch.nn.Linear(8, 8), activations.SELU())
+    activations.swap_activations(model)          # torch.nn activation modules -> ours
+
+The ops are the rows of the op table OPS below (relu, leaky_relu, elu, selu, sigmoid, tanh, silu/swish, gelu,
+hardsigmoid, softplus, softsign, hardtanh, relu6, mish), each with double backward, forward-mode AD and a vmap
+batching rule.
 
 At import this module reads the C++/CUDA sources in kernels/ (or the copy embedded in a generated single-file
-build), compiles them once with torch.utils.cpp_extension.load_inline (two libraries side by side: the
-operators and their autograd layer), caches each keyed by everything that affects it, and loads them: that
-registers the operators torch.ops.activations.{relu,elu,selu} with their CPU, CUDA, Meta and Autograd kernels.
+build), compiles them once with torch.utils.cpp_extension (two libraries, the operators and their autograd
+layer, their units compiled in parallel), caches each keyed by everything that affects it, and loads them: that
+registers the operators torch.ops.activations.<name> with their CPU, CUDA, Meta, Autograd and batching kernels.
 Later imports load the cached libraries without compiling.
 
 Command line:
     python activations.py build [--cuda-arch 9.0] [--cpu-only]   prebuild the cache for this machine
-    python activations.py kernelbench {relu,elu,selu} [-o FILE]   write a self-contained KernelBench source
+    python activations.py kernelbench NAME [-o FILE]            write a self-contained KernelBench source (PROBLEMS)
 
 Environment: ACTIVATIONS_CACHE_DIR (where builds are cached, default ~/.cache/activations),
 ACTIVATIONS_CUDA_ARCH (e.g. "9.0" or "8.0;9.0": compile CUDA for these GPUs, even with none present),

@@ -14,6 +14,7 @@ import datetime
 import math
 import os
 import random
+import re
 import shutil
 import subprocess
 import tempfile
@@ -1768,3 +1769,34 @@ def test_distributed_training_matches_torch_activations(kind, tmp_path):
                 )
     # Each rank trained on rows of its own: its losses differ from the other's, its parameters did not.
     assert results[0]["ours"]["losses"][0] != results[1]["ours"]["losses"][0]
+
+
+# ---------------------------------------------------------------------------------------------------------------
+# The README's examples run as written.
+
+
+def readme_blocks(language):
+    with open(os.path.join(HERE, "README.md"), encoding="utf-8") as f:
+        return re.findall(rf"^```{language}\n(.*?)^```", f.read(), flags=re.MULTILINE | re.DOTALL)
+
+
+def test_readme_python_examples_run():
+    """Every python block of the README, in a fresh namespace (on the GPU where there is one, else the CPU)."""
+    blocks = readme_blocks("python")
+    assert blocks, "the README has no python examples"
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {})
+
+
+def test_readme_commands_run(tmp_path):
+    """The README's `python activations.py ...` commands, in a scratch folder (the install, bench.py and pytest
+    commands are the ones CI and the GPU runs execute)."""
+    commands = [line.split("#")[0].split() for block in readme_blocks("bash") for line in block.splitlines()
+                if line.startswith("python activations.py")]
+    assert commands, "the README shows no activations.py command"
+    for words in commands:
+        result = subprocess.run([sys.executable, os.path.join(HERE, words[1]), *words[2:]], cwd=tmp_path,
+                                capture_output=True, text=True)
+        assert result.returncode == 0, f"{' '.join(words)}: {result.stdout}{result.stderr}"
+        if words[2] == "kernelbench":
+            assert (tmp_path / f"kernelbench_{words[3]}.py").exists()

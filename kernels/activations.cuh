@@ -536,7 +536,7 @@ struct Softsign {
 // and one division, accurate on both sides (n / (n + 2) ~ e where e is tiny). Past x = 20 the tanh is 1 in
 // double already; the clamp keeps e^2 finite. With t = tanh(softplus(x)) and s = sigmoid(x):
 // f' = t + x s (1 - t^2), f'' = s (1 - t^2) (2 + x (1 - s) - 2 x s t).
-template <class T, bool = false>
+template <class T, bool k16BitResult = false>
 struct Mish {
   static constexpr bool kMask = false, kFromInput = true, kFromOutput = false;
   ACTIVATION_FN explicit Mish(const double*) {}
@@ -559,6 +559,14 @@ struct Mish {
   // Past x = 20 the derivative is t = 1 (the second term is below 1e-16): so also at +inf, where x * (1 - t^2)
   // would be inf * 0 (torch's mish_backward gives NaN there).
   ACTIVATION_FN T backward(T grad, T x) const {
+    if constexpr (k16BitResult) {  // one cheap exponential for t and s = e / (1 + e) alike, cheap reciprocals
+      const T e = exp_for_16bit(x < T(20) ? x : T(20));
+      const T n = e * (e + T(2));
+      const T r = reciprocal_for_16bit(n + T(2));
+      const T t = n * r;
+      const T s = e * reciprocal_for_16bit(T(1) + e);
+      return grad * (!(x >= T(20)) ? fma_of(x * s, (T(2) * r) * (T(1) + t), t) : T(1));
+    }
     const TanhSoftplus t = tanh_softplus(x);
     return grad * (!(x >= T(20)) ? fma_of(x * sigmoid_of(x), t.one_minus_t_squared, t.t) : T(1));
   }
