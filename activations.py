@@ -228,7 +228,7 @@ def kernel_sources():
     sources["op_table.h"] = op_table_header()
     for functor in _functors():  # one CUDA unit per functor, so that nvcc compiles them side by side
         sources[f"cuda_{functor}.cu"] = (
-            f'#include "cuda_kernels.cuh"\nnamespace activations {{ template struct CudaKernels<{functor}>; }}\n'
+            f'#include "cuda_launchers.cuh"\nnamespace activations {{ template struct CudaKernels<{functor}>; }}\n'
         )
     return sources
 

@@ -231,6 +231,10 @@ const char* launch_elementwise(int64_t n, Op op, void* out, const void* a, const
 
 }  // namespace cuda_detail
 
+// One functor's launchers. Declared here and defined in cuda_launchers.cuh, which only the generated units
+// cuda_<Functor>.cu include: nvcc compiles a template's kernels wherever its definition is visible, `extern
+// template` or not, and cuda_kernels.cu, which saw them, took 26.6 s of a 28.4 s cold build on the H100 host
+// (every functor's kernels a second time, in one unit) while each functor's unit took 4-6 s.
 template <template <class, bool> class F>
 struct CudaKernels {
   // The functor for storage type S: F<float, true> for 16-bit results (a cheaper formula may do).
@@ -238,64 +242,11 @@ struct CudaKernels {
   using For = F<typename cuda_detail::Storage<S>::compute, cuda_detail::Storage<S>::k16Bit>;
 
   static const char* forward(DType dtype, const double* args, const void* x, void* y, uint8_t* mask, int64_t n,
-                             void* stream) {
-    using namespace cuda_detail;
-    return with_storage_type(dtype, [&](auto storage) -> const char* {
-      using S = decltype(storage);
-      const For<S> f(args);
-      if (mask == nullptr) return launch_elementwise<S, 1>(n, Forward<For<S>>{f}, y, x, nullptr, nullptr, stream);
-      if constexpr (For<S>::kMask) {
-        return launch<S>(n, aligned16(x) && aligned16(y), [&](auto vec, unsigned blocks) {
-          forward_mask_kernel<decltype(vec)::value><<<blocks, kThreadsPerBlock, 0, (cudaStream_t)stream>>>(
-              n, f, static_cast<S*>(y), mask, static_cast<const S*>(x));
-        });
-      }
-      return "activations: this activation has no mask";
-    });
-  }
-
+                             void* stream);
   static const char* backward(DType dtype, const double* args, bool from_output, const void* grad_out,
-                              const void* saved, void* grad_in, int64_t n, void* stream) {
-    using namespace cuda_detail;
-    return with_storage_type(dtype, [&](auto storage) -> const char* {
-      using S = decltype(storage);
-      using G = For<S>;  // grad * f'(x) is rounded to 16 bits as the forward's result is: the cheap formulas do
-      const G f(args);
-      if constexpr (G::kFromOutput) {
-        if (from_output) return launch_elementwise<S, 2>(n, Backward<G, true>{f}, grad_in, grad_out, saved, nullptr, stream);
-      }
-      if constexpr (G::kFromInput) {
-        if (!from_output) return launch_elementwise<S, 2>(n, Backward<G, false>{f}, grad_in, grad_out, saved, nullptr, stream);
-      }
-      return "activations: this activation has no backward from that saved tensor";
-    });
-  }
-
+                              const void* saved, void* grad_in, int64_t n, void* stream);
   static const char* double_backward(DType dtype, const double* args, bool from_output, const void* grad_grad,
-                                     const void* grad_out, const void* saved, void* out, int64_t n, void* stream) {
-    using namespace cuda_detail;
-    return with_storage_type(dtype, [&](auto storage) -> const char* {
-      using S = decltype(storage);
-      using G = F<typename Storage<S>::compute, false>;
-      const G f(args);
-      if constexpr (G::kFromOutput) {
-        if (from_output) {
-          return launch_elementwise<S, 3, false>(n, DoubleBackward<G, true>{f}, out, grad_grad, grad_out, saved, stream);
-        }
-      }
-      if constexpr (G::kFromInput) {
-        if (!from_output) {
-          return launch_elementwise<S, 3, false>(n, DoubleBackward<G, false>{f}, out, grad_grad, grad_out, saved, stream);
-        }
-      }
-      return "activations: this activation has no double backward from that saved tensor";
-    });
-  }
+                                     const void* grad_out, const void* saved, void* out, int64_t n, void* stream);
 };
-
-// Each functor's launchers are instantiated in its own unit (cuda_<Functor>.cu), not where they are called.
-#define ACTIVATIONS_EXTERN_CUDA_KERNELS(F) extern template struct CudaKernels<F>;
-ACTIVATIONS_FOR_EACH_FUNCTOR(ACTIVATIONS_EXTERN_CUDA_KERNELS)
-#undef ACTIVATIONS_EXTERN_CUDA_KERNELS
 
 }  // namespace activations
