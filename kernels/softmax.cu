@@ -6,6 +6,7 @@
 //   shared memory. One read and one write per element (a backward: see regs_backward). Rows up to 32 x 32
 //   elements per warp, 1024 x 48 per block (float32: 48 registers of data a thread), 8 x that per cluster
 //   (393216: KernelBench's row).
+//   Clusters serve the backward only: for the forward the two-pass path below ran faster (see plan_rows).
 // - Longer rows (or rows past one block without clusters): two passes. Blocks reduce parts of a row to partial
 //   (max, sum) pairs in a workspace, then each block combines its row's pairs and writes its part, reading it again.
 // Columns (inner > 1): one thread per column, an online (max, sum) pass, then the writing pass.
@@ -64,11 +65,6 @@ __device__ __forceinline__ double exp_(double v) { return exp(v); }
 __device__ __forceinline__ float log_(float v) { return logf(v); }
 __device__ __forceinline__ double log_(double v) { return log(v); }
 
-// exp(d) for d <= 0 in the forward kernels: ex2.approx of d * log2(e) in float (about |d| + 2 ulp, as expf's
-// argument rounding costs anyway), expf where the result is subnormal (ex2.approx flushes it to zero).
-__device__ __forceinline__ float exp_forward(float d) { return d < -80.0f ? expf(d) : __expf(d); }
-__device__ __forceinline__ double exp_forward(double d) { return exp(d); }
-
 // The max that keeps a NaN (fmax would drop it, and a row with a NaN must give NaN everywhere).
 template <class C>
 __device__ __forceinline__ C max_nan(C a, C b) {
@@ -88,37 +84,6 @@ template <class S, int V>
 struct alignas(sizeof(S) * V) Vec {
   S v[V];
 };
-
-// The V elements of the flat buffer p from `at` (a multiple of V) into out, those outside [begin, end) as `pad`:
-// one 16-byte access where all are inside, else element by element (the first and last vector of a row whose
-// length is not a multiple of V).
-template <int V, class S, class C>
-__device__ __forceinline__ void load_vec(const S* __restrict__ p, int64_t at, int64_t begin, int64_t end, C pad,
-                                         C* out) {
-  if (at >= begin && at + V <= end) {
-    const Vec<S, V> v = *reinterpret_cast<const Vec<S, V>*>(p + at);
-#pragma unroll
-    for (int k = 0; k < V; ++k) out[k] = Num<S>::load(v.v[k]);
-  } else {
-#pragma unroll
-    for (int k = 0; k < V; ++k) out[k] = at + k >= begin && at + k < end ? Num<S>::load(p[at + k]) : pad;
-  }
-}
-
-template <int V, class S, class C>
-__device__ __forceinline__ void store_vec(S* __restrict__ p, int64_t at, int64_t begin, int64_t end, const C* in) {
-  if (at >= begin && at + V <= end) {
-    Vec<S, V> v;
-#pragma unroll
-    for (int k = 0; k < V; ++k) v.v[k] = Num<S>::store(in[k]);
-    *reinterpret_cast<Vec<S, V>*>(p + at) = v;
-  } else {
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      if (at + k >= begin && at + k < end) p[at + k] = Num<S>::store(in[k]);
-    }
-  }
-}
 
 template <int kWidth, class C, class Op>
 __device__ __forceinline__ C warp_reduce(C v, Op op) {
@@ -215,12 +180,21 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
   cluster_position<kCluster>(rank, blocks_per_row);
   const int64_t row = static_cast<int64_t>(blockIdx.x / blocks_per_row) * kRowsPerBlock + threadIdx.x / kRowThreads;
   const int lane = threadIdx.x % kRowThreads;
-  const int64_t begin = row < rows ? row * n : 0, end = row < rows ? begin + n : 0;
-  const int64_t frame = begin - begin % V + static_cast<int64_t>(rank) * kRowThreads * E;
+  const bool in_rows = row < rows;
+  const int64_t base = static_cast<int64_t>(rank) * kRowThreads * E;
+  const S* xr = x + (in_rows ? row : 0) * n;
   C v[E];
 #pragma unroll
   for (int j = 0; j < E / V; ++j) {
-    load_vec<V>(x, frame + (static_cast<int64_t>(j) * kRowThreads + lane) * V, begin, end, C(-INFINITY), &v[j * V]);
+    const int64_t i = base + (static_cast<int64_t>(j) * kRowThreads + lane) * V;
+    if (in_rows && i < n) {  // n is a multiple of V
+      const Vec<S, V> p = *reinterpret_cast<const Vec<S, V>*>(xr + i);
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[j * V + k] = N::load(p.v[k]);
+    } else {
+#pragma unroll
+      for (int k = 0; k < V; ++k) v[j * V + k] = -INFINITY;
+    }
   }
   C m = v[0];
 #pragma unroll
@@ -229,22 +203,26 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
   C s = 0;
   if (log) {
 #pragma unroll
-    for (int e = 0; e < E; ++e) s += exp_forward(v[e] - m);
+    for (int e = 0; e < E; ++e) s += exp_(v[e] - m);
   } else {
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-      v[e] = exp_forward(v[e] - m);
+      v[e] = exp_(v[e] - m);
       s += v[e];
     }
   }
   s = RowReduce<kRowThreads, kCluster>::run(s, Sum{}, scratch, &slots[2], &slots[3]);
-  const C log_s = log ? log_(s) : C(0), inverse = C(1) / s;
+  const C log_s = log ? log_(s) : C(0);
+  S* yr = y + (in_rows ? row : 0) * n;
 #pragma unroll
   for (int j = 0; j < E / V; ++j) {
-    C out[V];
+    const int64_t i = base + (static_cast<int64_t>(j) * kRowThreads + lane) * V;
+    if (in_rows && i < n) {
+      Vec<S, V> p;
 #pragma unroll
-    for (int k = 0; k < V; ++k) out[k] = log ? (v[j * V + k] - m) - log_s : v[j * V + k] * inverse;
-    store_vec<V>(y, frame + (static_cast<int64_t>(j) * kRowThreads + lane) * V, begin, end, out);
+      for (int k = 0; k < V; ++k) p.v[k] = N::store(log ? (v[j * V + k] - m) - log_s : v[j * V + k] / s);
+      *reinterpret_cast<Vec<S, V>*>(yr + i) = p;
+    }
   }
   if constexpr (kCluster) cluster_exit_sync();
 }
@@ -266,38 +244,50 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
   cluster_position<kCluster>(rank, blocks_per_row);
   const int64_t row = static_cast<int64_t>(blockIdx.x / blocks_per_row) * kRowsPerBlock + threadIdx.x / kRowThreads;
   const int lane = threadIdx.x % kRowThreads;
-  const int64_t begin = row < rows ? row * n : 0, end = row < rows ? begin + n : 0;
-  const int64_t frame = begin - begin % V + static_cast<int64_t>(rank) * kRowThreads * E;
+  const bool in_rows = row < rows;
+  const int64_t base = static_cast<int64_t>(rank) * kRowThreads * E;
+  const int64_t offset = (in_rows ? row : 0) * n;
   C keep[E];
   C d = 0;
 #pragma unroll
   for (int j = 0; j < E / V; ++j) {
-    const int64_t at = frame + (static_cast<int64_t>(j) * kRowThreads + lane) * V;
-    if (log) {
-      load_vec<V>(g, at, begin, end, C(0), &keep[j * V]);
+    const int64_t i = base + (static_cast<int64_t>(j) * kRowThreads + lane) * V;
+    if (in_rows && i < n) {
+      const Vec<S, V> pg = *reinterpret_cast<const Vec<S, V>*>(g + offset + i);
+      if (log) {
 #pragma unroll
-      for (int k = 0; k < V; ++k) d += keep[j * V + k];
+        for (int k = 0; k < V; ++k) {
+          keep[j * V + k] = N::load(pg.v[k]);
+          d += keep[j * V + k];
+        }
+      } else {
+        const Vec<S, V> py = *reinterpret_cast<const Vec<S, V>*>(y + offset + i);
+#pragma unroll
+        for (int k = 0; k < V; ++k) {
+          keep[j * V + k] = N::load(py.v[k]);
+          d += N::load(pg.v[k]) * keep[j * V + k];
+        }
+      }
     } else {
-      C gv[V];
-      load_vec<V>(g, at, begin, end, C(0), gv);
-      load_vec<V>(y, at, begin, end, C(0), &keep[j * V]);
 #pragma unroll
-      for (int k = 0; k < V; ++k) d += gv[k] * keep[j * V + k];
+      for (int k = 0; k < V; ++k) keep[j * V + k] = 0;
     }
   }
   d = RowReduce<kRowThreads, kCluster>::run(d, Sum{}, scratch, &slots[0], &slots[1]);
   const S* other = log ? y : g;
 #pragma unroll
   for (int j = 0; j < E / V; ++j) {
-    const int64_t at = frame + (static_cast<int64_t>(j) * kRowThreads + lane) * V;
-    C o[V];
-    load_vec<V>(other, at, begin, end, C(0), o);
+    const int64_t i = base + (static_cast<int64_t>(j) * kRowThreads + lane) * V;
+    if (in_rows && i < n) {
+      const Vec<S, V> po = *reinterpret_cast<const Vec<S, V>*>(other + offset + i);
+      Vec<S, V> p;
 #pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const C kept = keep[j * V + k];
-      o[k] = log ? kept - exp_(o[k]) * d : kept * (o[k] - d);
+      for (int k = 0; k < V; ++k) {
+        const C o = N::load(po.v[k]), kept = keep[j * V + k];
+        p.v[k] = N::store(log ? kept - exp_(o) * d : kept * (o - d));
+      }
+      *reinterpret_cast<Vec<S, V>*>(gi + offset + i) = p;
     }
-    store_vec<V>(gi, at, begin, end, o);
   }
   if constexpr (kCluster) cluster_exit_sync();
 }
@@ -314,8 +304,8 @@ __device__ __forceinline__ void online_add(C& m, C& s, const C* v, int count) {
   for (int k = 1; k < count; ++k) vm = max_nan(vm, v[k]);
   const C nm = max_nan(m, vm);
   if (nm == -INFINITY) return;  // nothing but -inf so far: the sum stays 0
-  s *= exp_forward(m - nm);            // 0 while m was -inf
-  for (int k = 0; k < count; ++k) s += exp_forward(v[k] - nm);
+  s *= exp_(m - nm);            // 0 while m was -inf
+  for (int k = 0; k < count; ++k) s += exp_(v[k] - nm);
   m = nm;
 }
 
@@ -377,7 +367,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     s = work[(row * parts + threadIdx.x) * 2 + 1];
   }
   block_merge(m, s, scratch);
-  const C log_s = log ? log_(s) : C(0), inverse = C(1) / s;
+  const C log_s = log ? log_(s) : C(0);
   const S* xr = x + row * n;
   S* yr = y + row * n;
   for (int64_t i = begin + threadIdx.x * V; i < end; i += kSplitThreads * V) {
@@ -386,7 +376,7 @@ __global__ void __launch_bounds__(kSplitThreads)
 #pragma unroll
     for (int k = 0; k < V; ++k) {
       const C v = N::load(p.v[k]);
-      q.v[k] = N::store(log ? (v - m) - log_s : exp_forward(v - m) * inverse);
+      q.v[k] = N::store(log ? (v - m) - log_s : exp_(v - m) / s);
     }
     *reinterpret_cast<Vec<S, V>*>(yr + i) = q;
   }
@@ -458,10 +448,10 @@ __global__ void __launch_bounds__(kColumnThreads)
     const C v = N::load(x[offset + j * inner]);
     online_add(m, s, &v, 1);
   }
-  const C log_s = log ? log_(s) : C(0), inverse = C(1) / s;
+  const C log_s = log ? log_(s) : C(0);
   for (int64_t j = 0; j < n; ++j) {
     const C v = N::load(x[offset + j * inner]);
-    y[offset + j * inner] = N::store(log ? (v - m) - log_s : exp_forward(v - m) * inverse);
+    y[offset + j * inner] = N::store(log ? (v - m) - log_s : exp_(v - m) / s);
   }
 }
 
@@ -527,11 +517,7 @@ struct Plan {
 template <class S>
 Plan plan_rows(bool backward, int64_t rows, int64_t n, bool aligned) {
   Plan plan;
-  // The register paths read rows in vectors aligned in memory (a row that does not start at a multiple of V
-  // spans one vector more); the two-pass path needs rows whose length is a multiple of V.
-  const int wide = 16 / static_cast<int>(sizeof(S));
-  plan.vec = aligned ? wide : 1;
-  const int64_t span = n % plan.vec == 0 ? n : n + plan.vec - 1;
+  plan.vec = aligned && (n * static_cast<int64_t>(sizeof(S))) % 16 == 0 ? 16 / static_cast<int>(sizeof(S)) : 1;
   const DeviceInfo device = device_info();
   // ACTIVATIONS_SOFTMAX_PLAN="threads,elements,cluster" (one of kConfigs) forces a register configuration where
   // it fits, "split" the two-pass path: for timing the alternatives (tools/softmax_plans.py), not for use.
@@ -541,9 +527,10 @@ Plan plan_rows(bool backward, int64_t rows, int64_t n, bool aligned) {
     const auto& configs = kConfigs;
     int threads = 0, elements = 0, cluster = 0;
     if (forced != nullptr && sscanf(forced, "%d,%d,%d", &threads, &elements, &cluster) == 3 &&
-        static_cast<int64_t>(threads) * elements * cluster >= span && (cluster == 1 || (threads == 1024 && device.major >= 9))) {
+        static_cast<int64_t>(threads) * elements * cluster >= n && cluster >= 1 && cluster <= kMaxCluster &&
+        (cluster == 1 || (threads == 1024 && device.major >= 9))) {
       for (const RegConfig& c : configs) {
-        if (c.threads == threads && c.elements == elements && cluster <= kMaxCluster) {
+        if (c.threads == threads && c.elements == elements) {
           plan.config = c;
           plan.cluster = cluster;
           return plan;
@@ -551,15 +538,18 @@ Plan plan_rows(bool backward, int64_t rows, int64_t n, bool aligned) {
       }
     }
     for (const RegConfig& c : configs) {
-      if (static_cast<int64_t>(c.threads) * c.elements >= span) {
+      if (static_cast<int64_t>(c.threads) * c.elements >= n) {
         plan.config = c;
         return plan;
       }
     }
-    if (device.major >= 9) {
+    // Rows past one block: the forward takes the two-pass path, which ran faster on the H100 than a cluster of
+    // blocks (tools/softmax_plans.py, 4096 x 393216 float32: 6.64 ms against 7.70; 4096 x 131072 bfloat16: 1.27
+    // ms against 1.64), the backward a cluster (4096 x 393216 float32: 8.3 ms, 1.81x torch).
+    if (backward && device.major >= 9) {
       for (int cluster = 2; cluster <= kMaxCluster; ++cluster) {
         for (const RegConfig& c : configs) {
-          if (c.threads == 1024 && static_cast<int64_t>(c.threads) * c.elements * cluster >= span &&
+          if (c.threads == 1024 && static_cast<int64_t>(c.threads) * c.elements * cluster >= n &&
               rows * cluster <= 0x7fffffff) {
             plan.config = c;
             plan.cluster = cluster;
@@ -570,7 +560,6 @@ Plan plan_rows(bool backward, int64_t rows, int64_t n, bool aligned) {
     }
   }
   plan.split = true;
-  plan.vec = aligned && (n * static_cast<int64_t>(sizeof(S))) % 16 == 0 ? wide : 1;
   const int64_t step = static_cast<int64_t>(kSplitThreads) * plan.vec;
   const int64_t min_chunk = step * 4;
   const int64_t wanted_parts = std::max<int64_t>(1, (4 * device.sms + rows - 1) / rows);
