@@ -6,8 +6,8 @@
     activations.swap_activations(model)          # torch.nn activation modules -> ours
 
 The ops are the rows of the op table OPS below (relu, leaky_relu, elu, selu, sigmoid, tanh, silu/swish, gelu,
-hardsigmoid, softplus, softsign, hardtanh, relu6, mish), each with double backward, forward-mode AD and a vmap
-batching rule.
+hardsigmoid, softplus, softsign, hardtanh, relu6, mish), and softmax and log_softmax from the small table
+REDUCTIONS beside it; each with double backward, forward-mode AD and a vmap batching rule.
 
 At import this module reads the C++/CUDA sources in kernels/ (or the copy embedded in a generated single-file
 build), compiles them once with torch.utils.cpp_extension (two libraries, the operators and their autograd
@@ -29,6 +29,7 @@ import concurrent.futures
 import contextlib
 import ctypes
 import dataclasses
+import functools
 import glob
 import hashlib
 import json
@@ -141,6 +142,19 @@ _OPS = [
     Activation("mish", "Mish", F.mish, torch.nn.Mish, inplace="flag"),
 ]
 OPS = {row.name: row for row in _OPS}
+
+# Softmax and log_softmax reduce over a dimension, so they are not rows of the elementwise table above: they
+# have this small table of their own, operators of their own (kernels/softmax.cpp: softmax(x, dim, dtype=None),
+# log_softmax(...), and softmax_backward / log_softmax_backward(grad_output, output, dim), which work from the
+# forward's output as torch's do), CUDA kernels (kernels/softmax.cu) and autograd layer
+# (kernels/softmax_autograd.cpp).
+Reduction = collections.namedtuple("Reduction", "name torch_function torch_module kernelbench")
+REDUCTIONS = {
+    "softmax": Reduction("softmax", torch.softmax, torch.nn.Softmax,
+                         KernelBench("softmax", 23, reference=lambda x: torch.softmax(x, dim=1))),
+    "log_softmax": Reduction("log_softmax", torch.log_softmax, torch.nn.LogSoftmax,
+                             KernelBench("log_softmax", 24, reference=lambda x: torch.log_softmax(x, dim=1))),
+}
 
 
 def _schema_default(value):
@@ -259,10 +273,12 @@ def expand_includes(text, sources, _seen=None):
 # units compile side by side (ninja), and so do the libraries: a C++ unit that includes torch's headers spends
 # most of its compile time parsing them, so the torch glue (activations.cpp), the kernels (cpu_kernels.cpp,
 # cuda_kernels.cu: no torch headers but ATen/Parallel.h) and the autograd layer (autograd.cpp, whose autograd and
-# functorch headers cost more than the dispatcher's) are units of their own. The autograd layer has no CUDA code:
-# one library serves CPU and CUDA builds.
+# functorch headers cost more than the dispatcher's) are units of their own; softmax's operators and autograd layer
+# are parts of activations.cpp's and autograd.cpp's units (they include them), which parse those headers once.
+# The autograd layer has no CUDA code: one library serves CPU and CUDA builds.
 LIBRARIES = {
-    "ops": (("activations.cpp", "cpu_kernels.cpp"), ("cuda_kernels.cu",) + tuple(f"cuda_{f}.cu" for f in _functors())),
+    "ops": (("activations.cpp", "cpu_kernels.cpp"),
+            ("cuda_kernels.cu", "softmax.cu") + tuple(f"cuda_{f}.cu" for f in _functors())),
     "autograd": (("autograd.cpp",), ()),
 }
 
@@ -705,7 +721,8 @@ def _cli_arguments(argv):
     choice.add_argument("--cuda-arch", help="compile CUDA kernels for these archs (e.g. 9.0 or 8.0;9.0), GPU or not")
     choice.add_argument("--cpu-only", action="store_true", help="compile the CPU kernels only")
     bench = commands.add_parser("kernelbench", help="write a self-contained KernelBench source file")
-    bench.add_argument("problem", choices=[row.kernelbench.problem for row in OPS.values() if row.kernelbench])
+    bench.add_argument("problem", choices=[row.kernelbench.problem for row in [*OPS.values(), *REDUCTIONS.values()]
+                                           if row.kernelbench])
     bench.add_argument("-o", "--output", help="output path (default: kernelbench_<problem>.py)")
     return parser.parse_args(argv)
 
@@ -795,18 +812,60 @@ for _row in OPS.values():
 
 swish = silu  # the name KernelBench (problem 25) and others use
 
+
+def _implicit_softmax_dim(x):
+    """torch's legacy choice of dim when none is given (torch.nn.functional._get_softmax_dim), with its warning."""
+    warnings.warn("Implicit dimension choice for softmax has been deprecated. Change the call to include dim=X as an "
+                  "argument.", stacklevel=3)
+    return 0 if x.dim() in (0, 1, 3) else 1
+
+
+def softmax(x, dim=None, dtype=None):
+    """softmax over dim, as torch.softmax: exp(x - max) / sum(exp(x - max)), of x converted to dtype first when
+    one is given (16-bit types computed in float). The backward keeps the output."""
+    if dim is None:
+        dim = _implicit_softmax_dim(x)
+    return _ops.softmax.default(x, dim, dtype) if _compiling() else _ops_raw["softmax"](x, dim, dtype)
+
+
+def log_softmax(x, dim=None, dtype=None):
+    """log_softmax over dim, as torch.log_softmax: (x - max) - log(sum(exp(x - max))), of x converted to dtype first
+    when one is given. The backward keeps the output."""
+    if dim is None:
+        dim = _implicit_softmax_dim(x)
+    return _ops.log_softmax.default(x, dim, dtype) if _compiling() else _ops_raw["log_softmax"](x, dim, dtype)
+
+
+class Softmax(torch.nn.Softmax):
+    """torch.nn.Softmax running our kernels (a subclass: isinstance checks and state dicts keep working)."""
+
+    def forward(self, x):
+        return softmax(x, self.dim)
+
+
+class LogSoftmax(torch.nn.LogSoftmax):
+    """torch.nn.LogSoftmax running our kernels (a subclass: isinstance checks and state dicts keep working)."""
+
+    def forward(self, x):
+        return log_softmax(x, self.dim)
+
+
+for _name in REDUCTIONS:
+    _ops_raw[_name] = getattr(_ops, _name).default._op
+
 # torch's module class -> ours, and the constructor arguments that carry over.
 _SWAPS = {
     row.torch_module: (globals()[row.torch_module.__name__],
                        [p.name for p in row.params] + (["inplace"] if row.inplace == "flag" else []))
     for row in OPS.values()
 }
+_SWAPS.update({row.torch_module: (globals()[row.torch_module.__name__], ["dim"]) for row in REDUCTIONS.values()})
 
 
 def swap_activations(model):
-    """Replace every torch.nn activation module inside `model` that the op table has (ReLU, LeakyReLU, ELU, SELU,
-    Sigmoid, Tanh, SiLU, GELU, Hardsigmoid, Softplus, Softsign, Hardtanh, ReLU6, Mish) in place with ours, keeping
-    its arguments (alpha, inplace, ...) and the training flag. Returns [(qualified name, the module it replaced)].
+    """Replace every torch.nn activation module inside `model` that the op tables have (ReLU, LeakyReLU, ELU, SELU,
+    Sigmoid, Tanh, SiLU, GELU, Hardsigmoid, Softplus, Softsign, Hardtanh, ReLU6, Mish; Softmax, LogSoftmax) in place
+    with ours, keeping its arguments (alpha, inplace, ...) and the training flag. Returns [(qualified name, the module it replaced)].
     Subclasses of torch's modules (ours included) are left alone, and so is `model` itself when it is one of them
     (there is no parent to put ours in); hooks registered on a replaced module do not carry over."""
     replaced = []
@@ -834,6 +893,12 @@ PROBLEMS = {
     for row in OPS.values()
     if row.kernelbench is not None
 }
+# KernelBench's softmax problems reduce over dim 1.
+PROBLEMS.update({
+    row.kernelbench.problem: Problem(row.kernelbench.number, row.kernelbench.reference,
+                                     functools.partial(globals()[row.name], dim=1), [])
+    for row in REDUCTIONS.values()
+})
 
 # The problem the module-level Model/ModelNew/get_inputs/get_init_inputs stand for. A generated KernelBench
 # file replaces this line with its own problem.

@@ -9,6 +9,7 @@
     python bench.py --sweep --plot gbps.png    # GB/s against size, 2^10 ... 2^31 elements
     python bench.py --overhead                 # only the cost of one small call
     python bench.py --build 5                  # only the first (compiling) and a later import, 5 times each
+    python bench.py --softmax                  # only softmax and log_softmax over the issue's row lengths
     python bench.py --ops relu,gelu --dtypes bf16 --directions backward,step --sizes 2^20,2^24 --reps 50 --json out.json
 
 The rows come from activations.OPS, in its order, each op at its default parameters (torch's), plus gelu with
@@ -83,6 +84,14 @@ error of the norm). On the CPU the sizes are scaled down.
 writes every number as a list of dicts (key "kind": run, copy, cell, overhead, vmap, kernelbench, model, build),
 rewritten after each section so that a run cut short keeps what it finished.
 
+--softmax times softmax and log_softmax (activations.REDUCTIONS) over the last dim of the shapes in SOFTMAX_SHAPES
+(rows x row length, 1024 ... 4194304, KernelBench's 4096 x 393216 and vocabulary-sized 8192 x 50257 among them) and
+over a middle dim, in float32 and bfloat16 (--dtypes): forward (under no_grad) and backward (the backward operator
+alone on a saved output: ours activations::softmax_backward, torch's aten::_softmax_backward_data, and
+torch.compile of torch's: at KernelBench's shape only, unless --compile), in alternating rounds, medians of CUDA
+events. "% floor" relates ours to the bytes a pass
+must move (forward: read x, write y; backward: read g and y, write the gradient) at the run's float32 copy rate.
+
 --build times `import activations` on top of `import torch` in new processes: with an empty cache (it compiles
 what this machine builds; ACTIVATIONS_CPU_ONLY=1 for the CPU kernels alone) and then with that cache filled.
 """
@@ -91,6 +100,7 @@ import argparse
 import contextlib
 import copy
 import dataclasses
+import functools
 import importlib.util
 import json
 import math
@@ -1179,6 +1189,7 @@ def arguments(argv):
     parser.add_argument("--overhead", action="store_true", help="time per call at 1024 elements")
     parser.add_argument("--vmap", action="store_true", help="torch.func.vmap of every op, ours against torch's")
     parser.add_argument("--kernelbench", action="store_true", help="KernelBench's problems, timed as KernelBench does")
+    parser.add_argument("--softmax", action="store_true", help="softmax and log_softmax over the issue's shapes")
     parser.add_argument(
         "--models",
         type=lambda t: parse_list(t, MODEL_MODES),
@@ -1229,7 +1240,7 @@ def arguments(argv):
 def sections_of(args):
     """The sections this run runs, in order: those named, and the main run (table, overhead, vmap) when none is
     named or with --main."""
-    named = [name for name in ("sweep", "overhead", "vmap", "kernelbench") if getattr(args, name)]
+    named = [name for name in ("sweep", "overhead", "vmap", "kernelbench", "softmax") if getattr(args, name)]
     named += ["models"] if args.models is not None else []
     sections = ["table", "overhead", "vmap"] if args.main or not named else []
     return sections + [name for name in named if name not in sections]
@@ -1276,6 +1287,91 @@ def run_table(args, rows, device, name, reps, sweep):
     return cells
 
 
+# ---------------------------------------------------------------------------------------------------------------
+# Softmax and log_softmax
+
+# (shape, dim): the issue's row lengths over the last dim, and a reduction over a middle dim.
+SOFTMAX_SHAPES = [((262144, 1024), -1), ((65536, 4096), -1), ((8192, 32768), -1), ((8192, 50257), -1),
+                  ((4096, 131072), -1), ((4096, 393216), -1), ((64, 4194304), -1), ((1024, 1024, 1024), 1)]
+SOFTMAX_CPU_SHAPES = [((4096, 1024), -1), ((64, 50257), -1), ((64, 256, 64), 1)]
+
+
+def run_softmax(args, device, reps):
+    """The --softmax table: one record per (op, shape, dtype, direction)."""
+    on_gpu = device.type == "cuda"
+    dtypes = [DTYPES[d] for d in args.dtypes or ["float32", "bfloat16"]]
+    directions = [d for d in (args.directions or ["forward", "backward"]) if d in ("forward", "backward")]
+    with_compile = args.compile if args.compile is not None else on_gpu
+    shapes = SOFTMAX_SHAPES if on_gpu else SOFTMAX_CPU_SHAPES
+    floor = CopyFloor(4 * max(math.prod(shape) for shape, _ in shapes), device, reps)
+    print(f"copy floor ({fmt_bytes(floor.nbytes)} float32): {floor.measure():.0f} GB/s", flush=True)
+    aten_backward = {"softmax": torch.ops.aten._softmax_backward_data.default,
+                     "log_softmax": torch.ops.aten._log_softmax_backward_data.default}
+    records = []
+    for name, row in activations.REDUCTIONS.items():
+        ours_forward = getattr(activations, name)
+        ours_backward = getattr(torch.ops.activations, name + "_backward").default
+        for shape, dim in shapes:
+            for dtype in dtypes:
+                x = torch.randn(shape, device=device, dtype=dtype)
+                with torch.no_grad():
+                    y = row.torch_function(x, dim)
+                g = torch.randn_like(x)
+                # torch.compile builds for seconds per cell: by default only at KernelBench's shape.
+                compile_here = with_compile and (args.compile or shape == KERNELBENCH_SHAPE)
+                for direction in directions:
+                    record = {"kind": "softmax", "op": name, "shape": list(shape), "dim": dim,
+                              "dtype": dtype_name(dtype), "direction": direction}
+                    try:
+                        if direction == "forward":
+                            fns = {"ours": lambda: ours_forward(x, dim), "torch": lambda: row.torch_function(x, dim)}
+                            if compile_here:
+                                fns["compile"] = functools.partial(compiled(lambda t: row.torch_function(t, dim)), x)
+                            nbytes = 2 * x.numel() * x.element_size()
+                        else:
+                            fns = {"ours": lambda: ours_backward(g, y, dim),
+                                   "torch": lambda: aten_backward[name](g, y, dim, dtype)}
+                            if compile_here:
+                                torch._dynamo.reset()
+                                fns["compile"] = functools.partial(
+                                    torch.compile(lambda a, b: aten_backward[name](a, b, dim, dtype)), g, y)
+                            nbytes = 3 * x.numel() * x.element_size()
+                        with torch.no_grad():
+                            for impl in fns:
+                                if impl != "torch":
+                                    check_close([fns[impl]()], [fns["torch"]()], f"{name} {impl} {direction}")
+                            times = best_of_rounds(fns, device, reps, 2)
+                        for impl, ms in times.items():
+                            record[f"{impl}_ms"] = ms
+                        record["speedup"] = times["torch"] / times["ours"]
+                        record["ours_pct_floor"] = 100 * gbps(nbytes, times["ours"]) / floor.record["gbps"]
+                        record["torch_pct_floor"] = 100 * gbps(nbytes, times["torch"]) / floor.record["gbps"]
+                    except Exception as error:  # reported, and the run goes on
+                        record.update(failed=True, error=error_text(error))
+                    records.append(record)
+                    print("  " + softmax_line(record), flush=True)
+                del x, y, g
+                release(device)
+    floor.measure()
+    return records
+
+
+def softmax_line(r):
+    shape = " x ".join(map(str, r["shape"])) + (f" (dim {r['dim']})" if r["dim"] != -1 else "")
+    head = f"{r['op']:<12} {shape:<28} {r['dtype']:<9} {r['direction']:<9}"
+    if r.get("failed"):
+        return f"{head} ERROR {r['error']}"
+    compile_ms = fmt(r.get("compile_ms"), ".3f")
+    return (f"{head} ours {r['ours_ms']:8.3f} ms  torch {r['torch_ms']:8.3f} ms  compile {compile_ms:>8} ms  "
+            f"{r['speedup']:5.2f}x torch  ours {r['ours_pct_floor']:5.1f} % floor (torch {r['torch_pct_floor']:5.1f} %)")
+
+
+def print_softmax(records):
+    print("\nSoftmax and log_softmax: ms (median), ours/torch speedup, % of the float32 copy floor")
+    for r in records:
+        print(softmax_line(r))
+
+
 def write_json(path, run, results):
     with open(path, "w") as f:
         json.dump([run, *COPY_RECORDS, *(r for records in results.values() for r in records)], f, indent=1)
@@ -1318,6 +1414,9 @@ def main(argv=None):
         elif section == "vmap":
             results[section] = run_vmap(rows, device, reps)
             print_vmap(results[section])
+        elif section == "softmax":
+            results[section] = run_softmax(args, device, reps)
+            print_softmax(results[section])
         elif section == "kernelbench":
             problems = kernelbench_problems(args.ops)
             results[section] = run_kernelbench(problems, device, args.reps or KERNELBENCH_TRIALS, reps)

@@ -948,6 +948,275 @@ def test_cuda_tensor_without_cuda_kernels_says_why():
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# Softmax and log_softmax (activations.REDUCTIONS): a reduction over one dimension, checked against float64.
+#
+# Error bounds, per element, against the float64 result at the same input (eps: 2^-24 for float32, 2^-53 for
+# float64, the float32 eps for the 16-bit types, which are computed in float; n: the row's length; sqrt(n) ulp is
+# the probabilistic error of a sum of n terms, Higham and Mary 2019, here for the sum of exponentials or products):
+#   softmax forward:      |y - exact| <= (8 + |x - max| + sqrt(n)) ulp(exact) (the rounded x - max costs |x - max|
+#                         ulp in exp)
+#   log_softmax forward:  |y - exact| <= eps (8 (1 + |x - max| + log(sum)) + sqrt(n))
+#   backward (from our output y and the gradient g, exact = torch's formula in float64 at them):
+#     softmax:      (8 + sqrt(n)) eps |y| (|g| + sum|g y|)        log_softmax: (8 + sqrt(n)) eps (|g| + exp(y) sum|g|)
+#   float16 / bfloat16: the bound above plus one ulp of the 16-bit result (correctly rounded or one ulp off).
+# A row with NaN or +inf is NaN everywhere, and so is a row of all -inf, as in torch.
+
+SOFTMAX_OPS = list(activations.REDUCTIONS)
+EPS = {torch.float32: 2.0**-24, torch.float64: 2.0**-53, torch.float16: 2.0**-24, torch.bfloat16: 2.0**-24}
+
+
+def softmax_ours(name):
+    return getattr(activations, name)
+
+
+def softmax_theirs(name):
+    return activations.REDUCTIONS[name].torch_function
+
+
+def softmax_rows(n, rows, dtype, device, seed):
+    """rows rows of n normal values of several scales, then (for n >= 3) a row with zeros and -inf entries, a row of
+    huge values, a row with a NaN, a row with +inf, and a row of all -inf."""
+    g = torch.Generator().manual_seed(seed)
+    scale = torch.tensor([1.0, 10.0, 0.01, 30.0], dtype=torch.float64)[torch.arange(rows) % 4].unsqueeze(1)
+    x = torch.randn(rows, n, generator=g, dtype=torch.float64) * scale
+    big = torch.finfo(dtype).max / 4 if dtype in (torch.float16, torch.bfloat16) else 1e30
+    specials = []
+    if n >= 3:
+        special = x[0].clone()
+        special[::3] = 0.0
+        special[1::5] = float("-inf")
+        specials.append(special)
+        specials.append(torch.where(torch.rand(n, generator=g) < 0.5, -1.0, 1.0).double() * big)
+        with_nan = x[1 % rows].clone()
+        with_nan[n // 2] = float("nan")
+        specials.append(with_nan)
+        with_inf = x[2 % rows].clone()
+        with_inf[n - 1] = float("inf")
+        specials.append(with_inf)
+    specials.append(torch.full((n,), float("-inf"), dtype=torch.float64))
+    return torch.cat([x, torch.stack(specials)]).to(dtype).to(device)
+
+
+def softmax_exact(name, x, dim):
+    """The float64 result, and its error bound before the dtype's eps (see above)."""
+    x64 = x.detach().cpu().double()
+    m = x64.amax(dim, keepdim=True)
+    shifted = x64 - m
+    d = shifted.nan_to_num(0.0, 0.0, 0.0).abs()
+    total = shifted.exp().sum(dim, keepdim=True)  # torch's pairwise sum: O(log n) ulp, where softmax's sums are not
+    if name == "softmax":
+        return shifted.exp() / total, d
+    return shifted - total.log(), 1 + d + total.log().nan_to_num(0.0, 0.0, 0.0)
+
+
+def assert_within(actual, exact, bound, dtype, what):
+    """actual (dtype) within `bound` (absolute, float64) of exact, plus one ulp of a 16-bit result and one subnormal
+    step; NaN where exact is NaN only, the same infinities."""
+    actual, exact = actual.detach().cpu(), exact.cpu().double()
+    assert actual.dtype == dtype and actual.shape == exact.shape, (what, actual.dtype, actual.shape, exact.shape)
+    nan = exact.isnan()
+    assert torch.equal(actual.isnan(), nan), f"{what}: NaN where the reference is not, or vice versa"
+    inf = exact.isinf()
+    assert torch.equal(actual[inf].double(), exact[inf]), f"{what}: infinities differ"
+    finite = ~nan & ~inf
+    a, e, b = actual[finite].double(), exact[finite], bound[finite]
+    if dtype in (torch.float16, torch.bfloat16):
+        _, exponent = torch.frexp(e.abs().clamp(min=torch.finfo(dtype).smallest_normal))
+        b = b + 2.0 ** (exponent.double() - 1 - MANTISSA_BITS[dtype])
+    b = b + torch.finfo(dtype).smallest_normal * torch.finfo(dtype).eps  # one subnormal step
+    error = (a - e).abs()
+    if error.numel():
+        worst = (error - b).argmax()
+        assert torch.all(error <= b), (
+            f"{what}: error {error[worst].item():.3g} beyond the bound {b[worst].item():.3g} at element {worst.item()}: "
+            f"got {a[worst].item()!r}, exact {e[worst].item()!r}")
+
+
+def check_softmax_forward(name, x, y, dim, what):
+    exact, scale = softmax_exact(name, x, dim)
+    eps = EPS[x.dtype]
+    sigma = math.sqrt(x.shape[dim] if x.dim() else 1)
+    if name == "softmax":
+        _, exponent = torch.frexp(exact.abs().clamp(min=torch.finfo(x.dtype).smallest_normal
+                                                     if x.dtype != torch.float16 else 2.0**-126))
+        ulp = 2.0 ** (exponent.double() - 1 - (52 if x.dtype == torch.float64 else 23))
+        bound = (8 + scale + sigma) * ulp
+    else:
+        bound = eps * (8 * scale + sigma)
+    assert_within(y, exact, bound, x.dtype, what)
+
+
+def check_softmax_backward(name, y, g, grad_input, dim, what):
+    y64, g64 = y.detach().cpu().double(), g.detach().cpu().double()
+    factor = (8 + math.sqrt(y.shape[dim] if y.dim() else 1)) * EPS[y.dtype]
+    if name == "softmax":
+        exact = y64 * (g64 - (g64 * y64).sum(dim, keepdim=True))
+        bound = factor * y64.abs() * (g64.abs() + (g64 * y64).abs().sum(dim, keepdim=True))
+    else:
+        exact = g64 - y64.exp() * g64.sum(dim, keepdim=True)
+        bound = factor * (g64.abs() + y64.exp() * g64.abs().sum(dim, keepdim=True))
+    assert_within(grad_input, exact, bound, y.dtype, what)
+
+
+# Row lengths: every path of the CUDA kernels (warp, block, cluster of blocks, two passes) at its edges. The CPU
+# runs the short ones (its loops are the same for every length).
+SOFTMAX_CPU_LENGTHS = [1, 7, 1024, 50257]
+SOFTMAX_CUDA_LENGTHS = [1, 7, 256, 257, 1000, 1024, 1025, 4096, 8192, 8193, 16384, 32768, 49152, 50257, 65536,
+                        131072, 393216, 393217, 1048576, 4194304]
+
+
+def softmax_length_cases():
+    cases = [pytest.param("cpu", n, id=f"cpu-{n}") for n in SOFTMAX_CPU_LENGTHS]
+    return cases + [pytest.param("cuda", n, id=f"cuda-{n}", marks=requires_cuda) for n in SOFTMAX_CUDA_LENGTHS]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device,n", softmax_length_cases())
+@pytest.mark.parametrize("name", SOFTMAX_OPS)
+def test_softmax_matches_float64(name, device, n, dtype):
+    """Forward and backward over the last dimension, rows of every kind (see softmax_rows), within the bounds."""
+    seed = fresh_seed()
+    rows = 9 if n <= 65536 else 3
+    if device == "cpu" and n > 1024:
+        rows = 4 if dtype == torch.float32 else 1
+    x = softmax_rows(n, rows, dtype, device, seed)
+    rows = x.shape[0]
+    y = softmax_ours(name)(x.requires_grad_(), -1)
+    check_softmax_forward(name, x, y, -1, f"{name} {dtype} {rows}x{n} forward (seed {seed})")
+    g = torch.randn(rows, n, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)).to(dtype).to(device)
+    (grad_input,) = torch.autograd.grad(y, x, g)
+    finite = y.detach().isfinite().all(-1)  # the backward of a NaN row is NaN: checked on the other rows
+    check_softmax_backward(name, y[finite], g[finite], grad_input[finite], -1,
+                           f"{name} {dtype} {rows}x{n} backward (seed {seed})")
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", SOFTMAX_OPS)
+def test_softmax_dims_layouts_and_edge_cases_match_torch(name, device):
+    """Every dim (negative too) of 0-d, empty, 3-d, transposed, sliced and misaligned inputs; special rows; the
+    dtype argument. Values equal torch's within the float32 bounds, NaNs where torch has them."""
+    ours, theirs = softmax_ours(name), softmax_theirs(name)
+    base = torch.randn(4, 33, 10, device=device) * 5
+    special = torch.tensor([[float("-inf")] * 3, [1.0, float("-inf"), 2.0], [float("nan"), 1.0, 2.0],
+                            [float("inf"), 1.0, 2.0], [1e30, -1e30, 3.0], [0.0, -0.0, 0.0]], device=device)
+    inputs = {"0-d": torch.tensor(2.5, device=device), "one": torch.randn(1, device=device),
+              "empty": torch.empty(0, 3, device=device), "empty-dim": torch.empty(3, 0, device=device),
+              "3d": base, "transposed": base.transpose(0, 2), "step-slice": base[:, ::2, 1::3],
+              "misaligned": torch.randn(4 * 1025 + 1, device=device)[1:].view(4, 1025), "special": special,
+              "expanded": torch.randn(1, 6, device=device).expand(5, 6)}
+    for what, x in inputs.items():
+        for dim in range(-max(x.dim(), 1), max(x.dim(), 1)):
+            y = ours(x, dim)
+            expected = theirs(x, dim)
+            assert y.shape == expected.shape and y.dtype == expected.dtype
+            torch.testing.assert_close(y, expected, equal_nan=True, msg=lambda m: f"{name} {what} dim {dim}: {m}")
+            if x.numel():
+                check_softmax_forward(name, x, y, dim, f"{name} {what} dim {dim}")
+    half = torch.randn(3, 7, dtype=torch.float16, device=device)
+    for dtype in (torch.float32, torch.float64):
+        torch.testing.assert_close(ours(half, 1, dtype=dtype), theirs(half, 1, dtype=dtype))
+    integers = torch.arange(12, device=device).view(3, 4)
+    torch.testing.assert_close(ours(integers, 0, dtype=torch.float32), theirs(integers, 0, dtype=torch.float32))
+    with pytest.raises(TypeError, match="unsupported dtype torch.int64"):
+        ours(integers, 0)
+    with pytest.raises(IndexError):
+        ours(base, 3)
+    x = half.clone().requires_grad_()
+    (grad,) = torch.autograd.grad(ours(x, 1, dtype=torch.float32).square().sum(), x)
+    (expected,) = torch.autograd.grad(theirs(x, 1, dtype=torch.float32).square().sum(), x)
+    assert grad.dtype == torch.float16
+    torch.testing.assert_close(grad, expected)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", SOFTMAX_OPS)
+def test_softmax_every_autograd_mode(name, device):
+    """gradcheck (backward, forward AD, batched gradients), gradgradcheck (double backward, forward over reverse) in
+    float64 over every dim, a third derivative, and torch.func's transforms equal to torch's with no fallback
+    warning (the batching rule runs)."""
+    from torch.func import grad, hessian, jacfwd, jacrev, jvp, vjp, vmap
+
+    ours, theirs = softmax_ours(name), softmax_theirs(name)
+    x = torch.randn(3, 5, 4, dtype=torch.float64, device=device, requires_grad=True)
+    for dim in (0, 1, -1):
+        f = lambda t: ours(t, dim)
+        assert torch.autograd.gradcheck(f, (x,), check_forward_ad=True, check_batched_grad=True,
+                                        check_batched_forward_grad=True)
+        assert torch.autograd.gradgradcheck(f, (x,), check_fwd_over_rev=True, check_batched_grad=True)
+    small = torch.randn(2, 3, dtype=torch.float64, device=device, requires_grad=True)
+
+    def second(t):
+        (first,) = torch.autograd.grad(ours(t, 1).pow(3).sum(), t, create_graph=True)
+        return torch.autograd.grad(first.sin().sum(), t, create_graph=True)[0]
+
+    assert torch.autograd.gradcheck(second, (small,))
+    f, g = (lambda t: ours(t, -1).sin()), (lambda t: theirs(t, -1).sin())
+    xs = torch.randn(3, 5, dtype=torch.float64, device=device)
+    row = xs[0]
+    context = no_unregistered_autograd_warning()
+    try:
+        torch.testing.assert_close(vmap(f)(xs), g(xs))
+        torch.testing.assert_close(vmap(lambda t: ours(t, 0), in_dims=1)(xs), theirs(xs, 0).t())
+        torch.testing.assert_close(vmap(lambda t: ours(t, 0))(xs[:, 0]), torch.ones_like(xs[:, 0]) if name == "softmax"
+                                   else torch.zeros_like(xs[:, 0]))
+        torch.testing.assert_close(vmap(vmap(f))(xs.view(3, 5, 1)), g(xs.view(3, 5, 1)))
+        torch.testing.assert_close(vmap(grad(lambda t: f(t).sum()))(xs), vmap(grad(lambda t: g(t).sum()))(xs))
+        torch.testing.assert_close(jacrev(f)(row), jacrev(g)(row))
+        torch.testing.assert_close(jacfwd(f)(row), jacfwd(g)(row))
+        torch.testing.assert_close(hessian(lambda t: f(t).sum())(row), hessian(lambda t: g(t).sum())(row))
+        torch.testing.assert_close(jacrev(jacrev(f))(row), jacrev(jacrev(g))(row))
+        tangent = torch.randn_like(xs)
+        torch.testing.assert_close(jvp(f, (xs,), (tangent,)), jvp(g, (xs,), (tangent,)))
+        torch.testing.assert_close(vjp(f, xs)[1](tangent), vjp(g, xs)[1](tangent))
+    finally:
+        context.__exit__(None, None, None)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", SOFTMAX_OPS)
+def test_softmax_opcheck_compile_and_export(name, device):
+    """opcheck of the operator and its backward operator; torch.compile (fullgraph) forward and backward; torch.export
+    keeps our operator; the meta device gives shapes."""
+    op = getattr(torch.ops.activations, name).default
+    backward_op = getattr(torch.ops.activations, name + "_backward").default
+    for requires_grad in (False, True):
+        torch.library.opcheck(op, (torch.randn(5, 7, device=device, requires_grad=requires_grad), 1))
+        y = softmax_theirs(name)(torch.randn(5, 7, device=device), 0).requires_grad_(requires_grad)
+        torch.library.opcheck(backward_op, (torch.randn(5, 7, device=device, requires_grad=requires_grad), y, 0))
+    torch.library.opcheck(op, (torch.randn(4, 6, dtype=torch.bfloat16, device=device), -1, torch.float32))
+    ours, theirs = softmax_ours(name), softmax_theirs(name)
+    compiled = torch.compile(lambda t: ours(t, -1) * 2, fullgraph=True)
+    x = torch.randn(6, 9, device=device, requires_grad=True)
+    torch._dynamo.reset()
+    torch.testing.assert_close(compiled(x), theirs(x, -1) * 2)
+    (ours_grad,) = torch.autograd.grad(compiled(x).square().sum(), x)
+    (torch_grad,) = torch.autograd.grad((theirs(x, -1) * 2).square().sum(), x)
+    torch.testing.assert_close(ours_grad, torch_grad)
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), getattr(activations, activations.REDUCTIONS[name].torch_module.__name__)(dim=1)).to(device)
+    exported = torch.export.export(model, (torch.randn(3, 8, device=device),))
+    assert f"activations.{name}.default" in {str(node.target) for node in exported.graph.nodes}
+    meta = ours(torch.empty(3, 4, 5, device="meta"), 1)
+    assert meta.shape == (3, 4, 5) and meta.device.type == "meta"
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_softmax_modules_and_swap(device):
+    """Softmax and LogSoftmax subclass torch's, keep dim (None: torch's legacy choice and warning) and are swapped in
+    by swap_activations."""
+    model = torch.nn.Sequential(torch.nn.Linear(6, 6), torch.nn.Softmax(dim=1), torch.nn.Linear(6, 6),
+                                torch.nn.LogSoftmax(dim=-1)).to(torch.float64).to(device)
+    x = torch.randn(4, 6, dtype=torch.float64, device=device)
+    y_before = model(x)
+    replaced = activations.swap_activations(model)
+    assert [name for name, _ in replaced] == ["1", "3"]
+    assert isinstance(model[1], activations.Softmax) and isinstance(model[1], torch.nn.Softmax) and model[1].dim == 1
+    assert isinstance(model[3], activations.LogSoftmax) and model[3].dim == -1
+    torch.testing.assert_close(model(x), y_before)
+    with pytest.warns(UserWarning, match="Implicit dimension choice"):
+        torch.testing.assert_close(activations.Softmax()(x), torch.softmax(x, 1))
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # KernelBench harness
 
 PROBLEMS = list(activations.PROBLEMS)
@@ -955,8 +1224,9 @@ PROBLEMS = list(activations.PROBLEMS)
 
 def test_kernelbench_problems_are_kernelbenchs():
     numbers = {problem: entry.number for problem, entry in activations.PROBLEMS.items()}
-    assert numbers == {"relu": 19, "leaky_relu": 20, "sigmoid": 21, "tanh": 22, "swish": 25, "gelu": 26, "selu": 27,
-                       "hardsigmoid": 28, "softplus": 29, "softsign": 30, "elu": 31, "hardtanh": 32}
+    assert numbers == {"relu": 19, "leaky_relu": 20, "sigmoid": 21, "tanh": 22, "softmax": 23, "log_softmax": 24,
+                       "swish": 25, "gelu": 26, "selu": 27, "hardsigmoid": 28, "softplus": 29, "softsign": 30, "elu": 31,
+                       "hardtanh": 32}
 
 
 @pytest.mark.parametrize("problem", PROBLEMS)

@@ -434,3 +434,6 @@ TORCH_LIBRARY_IMPL(activations, CPU, m) { register_kernels<true>(m); }
 TORCH_LIBRARY_IMPL(activations, CUDA, m) { register_kernels<true>(m); }
 #endif
 TORCH_LIBRARY_IMPL(activations, Meta, m) { register_kernels<false>(m); }
+
+// Softmax and log_softmax, in this unit so that torch's headers are parsed once (see softmax.cpp).
+#include "softmax.cpp"

@@ -655,3 +655,6 @@ TORCH_LIBRARY_IMPL(activations, FuncTorchBatched, m) {
     m.impl(name, CppFunction::makeFromBoxedFunction<&batched_kernel>());
   }
 }
+
+// Softmax and log_softmax, in this unit so that torch's headers are parsed once (see softmax_autograd.cpp).
+#include "softmax_autograd.cpp"
