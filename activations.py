@@ -244,7 +244,19 @@ def kernel_sources():
         sources[f"cuda_{functor}.cu"] = (
             f'#include "cuda_launchers.cuh"\nnamespace activations {{ template struct CudaKernels<{functor}>; }}\n'
         )
+    for unit, (storage, backward) in _SOFTMAX_UNITS.items():  # and one per softmax dtype and direction
+        sources[unit] = (f'#include "softmax_kernels.cuh"\nnamespace activations {{ namespace softmax_cuda {{\n'
+                         f'ACTIVATIONS_SOFTMAX_INSTANTIATE({storage}, {backward})\n}} }}\n')
     return sources
+
+
+# softmax's generated CUDA units: {file name: (storage type, backward)}.
+_SOFTMAX_UNITS = {
+    f"softmax_{dtype}_{direction}.cu": (storage, backward)
+    for dtype, storage in (("float32", "float"), ("float64", "double"), ("float16", "__half"),
+                           ("bfloat16", "__nv_bfloat16"))
+    for direction, backward in (("forward", "false"), ("backward", "true"))
+}
 
 
 _LOCAL_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*"([^"]+)"[^\n]*$', re.MULTILINE)
@@ -278,7 +290,7 @@ def expand_includes(text, sources, _seen=None):
 # The autograd layer has no CUDA code: one library serves CPU and CUDA builds.
 LIBRARIES = {
     "ops": (("activations.cpp", "cpu_kernels.cpp"),
-            ("cuda_kernels.cu", "softmax.cu") + tuple(f"cuda_{f}.cu" for f in _functors())),
+            ("cuda_kernels.cu", "softmax.cu", *(f"cuda_{f}.cu" for f in _functors()), *_SOFTMAX_UNITS)),
     "autograd": (("autograd.cpp",), ()),
 }
 
