@@ -21,6 +21,22 @@ using compute_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, f
 
 constexpr int64_t kCpuGrain = 1 << 15;
 
+// body(begin, end) over [0, n) on torch's CPU threads, through one at::parallel_for for all the loops of this
+// file: its OpenMP region, thread bookkeeping and exception forwarding were instantiated and compiled once per
+// loop (about 200 times), now once; a chunk costs one indirect call.
+using ChunkFn = void (*)(const void* body, int64_t begin, int64_t end);
+
+__attribute__((noinline)) void parallel_chunks(int64_t n, int64_t grain, ChunkFn fn, const void* body) {
+  at::parallel_for(0, n, grain, [=](int64_t begin, int64_t end) { fn(body, begin, end); });
+}
+
+template <class Body>
+void parallel(int64_t n, int64_t grain, const Body& body) {
+  parallel_chunks(
+      n, grain, [](const void* b, int64_t begin, int64_t end) { (*static_cast<const Body*>(b))(begin, end); },
+      &body);
+}
+
 // Calls fn(scalar_t{}) for dtype (float, double, c10::Half, c10::BFloat16).
 template <class Fn>
 void with_scalar_type(DType dtype, Fn&& fn) {
@@ -42,12 +58,12 @@ void with_scalar_type(DType dtype, Fn&& fn) {
 // flatten: everything a loop calls is inlined into it. At -O1 g++ inlines only small functions by itself, and a
 // larger one (GELU's normal(), sigmoid_two_u()) stayed a call, compiled without the loop's FMA target: its
 // fmaf became calls into libm and the float32 GELU ran 80x slower than torch's.
-// optimize("gcse", "unswitch-loops"): the loops get -O2's global common subexpression elimination on top of the file's -O1, which
+// optimize("gcse"): the loops get -O2's global common subexpression elimination on top of the file's -O1, which
 // hoists the op's constants out of the vector loop (at -O1 they are loaded again in each iteration, and spilled).
 #ifdef ACTIVATIONS_CPU_AVX2
-#define ACTIVATIONS_CPU_LOOP __attribute__((target("avx2,fma,f16c"), optimize("gcse", "unswitch-loops"), flatten))
+#define ACTIVATIONS_CPU_LOOP __attribute__((target("avx2,fma,f16c"), optimize("gcse"), flatten))
 #else
-#define ACTIVATIONS_CPU_LOOP __attribute__((optimize("gcse", "unswitch-loops"), flatten))
+#define ACTIVATIONS_CPU_LOOP __attribute__((optimize("gcse"), flatten))
 #endif
 
 // Loads and stores: the storage type's value in the compute type, and the compute type's value rounded once to
@@ -143,12 +159,69 @@ void cpu_loop(int64_t n, Op op, Out* out, const In*... in) {
   cpu_loop_with<-1>(n, op, out, in...);
 }
 
-// op over [0, n) on torch's CPU threads. The lambda captures by value: captured references would have to be
-// reloaded after every store through a byte pointer (it may alias anything).
+// Block conversions for cpu_widened: float16 8 at a time through F16C, bfloat16 by load()/store(), vectorized.
+template <class T>
+ACTIVATIONS_CPU_LOOP void widen(int64_t n, const T* in, float* out) {
+  int64_t i = 0;
+  if constexpr (kF16c && std::is_same_v<T, c10::Half>) {
+    for (; i + 8 <= n; i += 8) load8(in + i, out + i);
+  }
+#pragma GCC ivdep
+  for (; i < n; ++i) out[i] = load(in[i]);
+}
+template <class T>
+ACTIVATIONS_CPU_LOOP void narrow(int64_t n, const float* in, T* out) {
+  int64_t i = 0;
+  if constexpr (kF16c && std::is_same_v<T, c10::Half>) {
+    for (; i + 8 <= n; i += 8) store8(in + i, out + i);
+  }
+#pragma GCC ivdep
+  for (; i < n; ++i) out[i] = store<T>(in[i]);
+}
+
+// float16 and bfloat16 through the float loop a block at a time: widened into float buffers (in L1), mapped by
+// the very loop that float32 tensors use, rounded back. So the op's math is compiled once for the three dtypes
+// computed in float.
+constexpr int64_t kWidenBlock = 1024;
+
+template <class Op, class scalar_t, class... In, size_t... I>
+void cpu_widened(int64_t n, Op op, scalar_t* out, std::index_sequence<I...>, const In*... in) {
+  alignas(64) float inputs[sizeof...(In)][kWidenBlock];
+  alignas(64) float result[kWidenBlock];
+  for (int64_t first = 0; first < n; first += kWidenBlock) {
+    const int64_t count = std::min(kWidenBlock, n - first);
+    (widen(count, in + first, inputs[I]), ...);
+    cpu_loop(count, op, result, static_cast<const float*>(inputs[I])...);
+    narrow(count, static_cast<const float*>(result), out + first);
+  }
+}
+
+// Whether a 16-bit tensor's loop converts inside the op's own loop (one pass over memory) rather than through
+// cpu_widened: bfloat16's forward and backward, the cells bench.py's CPU table holds to torch's speed (through
+// the widening, the bfloat16 sigmoid backward ran at 0.57x of torch's, fused at 1.0x, one thread), and the
+// piecewise-linear functors' forward in float16, whose loops are cheap to compile. Double backwards and the
+// other float16 loops share the float loop: compiling every op's math once per dtype made cpu_kernels.cpp take
+// 10 s of g++ instead of 6.
+template <class scalar_t, class Op>
+constexpr bool fused() {
+  using F = decltype(Op::f);
+  if constexpr (std::is_same_v<Op, DoubleBackward<F, true>> || std::is_same_v<Op, DoubleBackward<F, false>>) {
+    return false;
+  } else {
+    return std::is_same_v<scalar_t, c10::BFloat16> || F::kMask;
+  }
+}
+
+// op over [0, n) on torch's CPU threads. The lambda captures by value, and cpu_loop takes its values as
+// arguments: captured references would have to be reloaded after every store through a byte pointer.
 template <class scalar_t, class Op, class... In>
 void cpu_elementwise(int64_t n, Op op, scalar_t* out, const In*... in) {
-  at::parallel_for(0, n, kCpuGrain, [=](int64_t begin, int64_t end) {
-    cpu_loop(end - begin, op, out + begin, (in + begin)...);
+  parallel(n, kCpuGrain, [=](int64_t begin, int64_t end) {
+    if constexpr (std::is_same_v<scalar_t, compute_t<scalar_t>> || fused<scalar_t, Op>()) {
+      cpu_loop(end - begin, op, out + begin, (in + begin)...);
+    } else {
+      cpu_widened(end - begin, op, out + begin, std::index_sequence_for<In...>{}, (in + begin)...);
+    }
   });
 }
 
@@ -216,8 +289,7 @@ struct MaskSelect {
 
 // grad_in = backward(grad_out, bit) for n elements from a mask byte boundary. float and double go mask byte by
 // mask byte: g++ vectorizes the 8 elements of a byte (a broadcast of the byte, a shift by 0..7, an and), one or
-// two vectors. float16 and bfloat16 first unpack the bits into 32-bit flags, a block at a time, and then run a
-// plain loop, which g++ vectorizes with their conversions; byte by byte they would take half vectors.
+// two vectors. float16 and bfloat16 go two mask bytes at a time: one byte would be half a vector of floats.
 template <class B, class T>
 ACTIVATIONS_CPU_LOOP void cpu_mask_backward_loop(int64_t n, B backward, const T* grad_out, const uint8_t* mask,
                                                  T* grad_in) {
@@ -229,28 +301,31 @@ ACTIVATIONS_CPU_LOOP void cpu_mask_backward_loop(int64_t n, B backward, const T*
     }
     for (int64_t i = n / 8 * 8; i < n; ++i) grad_in[i] = backward(grad_out[i], (mask[i / 8] >> (i % 8)) & 1u);
   } else {
-    alignas(64) uint32_t flags[kMaskBlock];
-    for (int64_t first = 0; first < n; first += kMaskBlock) {
-      const int64_t count = std::min(kMaskBlock, n - first);
-      const uint8_t* m = mask + first / 8;
-      for (int64_t b = 0; b < (count + 7) / 8; ++b) {
-        const uint32_t bits = m[b];
-        for (int k = 0; k < 8; ++k) flags[8 * b + k] = (bits >> k) & 1u;
-      }
-      const T* g = grad_out + first;
-      T* out = grad_in + first;
-      int64_t i = 0;
-      if constexpr (kF16c && std::is_same_v<T, c10::Half>) {
-        for (; i + 8 <= count; i += 8) {
-          float v[8], r[8];
-          load8(g + i, v);
-          for (int k = 0; k < 8; ++k) r[k] = backward(v[k], flags[i + k] != 0);
-          store8(r, out + i);
-        }
-      }
+    // 16 elements (two mask bytes) a step, the loop over them unrolled so that g++ turns it into vectors: the
+    // bits broadcast, and-ed with 1 << k per lane, compared (no unpacked flags in memory).
+    int64_t i = 0;
 #pragma GCC ivdep
-      for (; i < count; ++i) out[i] = store<T>(backward(load(g[i]), flags[i] != 0));
+    for (; i + 16 <= n; i += 16) {
+      const uint32_t bits = mask[i / 8] | (uint32_t(mask[i / 8 + 1]) << 8);
+      float v[16], r[16];
+      if constexpr (kF16c && std::is_same_v<T, c10::Half>) {
+        load8(grad_out + i, v);
+        load8(grad_out + i + 8, v + 8);
+      } else {
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; ++k) v[k] = load(grad_out[i + k]);
+      }
+#pragma GCC unroll 16
+      for (int k = 0; k < 16; ++k) r[k] = backward(v[k], (bits & (1u << k)) != 0);
+      if constexpr (kF16c && std::is_same_v<T, c10::Half>) {
+        store8(r, grad_in + i);
+        store8(r + 8, grad_in + i + 8);
+      } else {
+#pragma GCC unroll 16
+        for (int k = 0; k < 16; ++k) grad_in[i + k] = store<T>(r[k]);
+      }
     }
+    for (; i < n; ++i) grad_in[i] = store<T>(backward(load(grad_out[i]), (mask[i / 8] >> (i % 8)) & 1u));
   }
 }
 
@@ -279,7 +354,7 @@ ACTIVATIONS_CPU_LOOP void cpu_mask_copy_loop(int64_t n, const Raw* grad_out, con
 // so that no two threads write one mask byte.
 template <class Loop>
 void for_mask_chunks(int64_t n, Loop loop) {
-  at::parallel_for(0, (n + 7) / 8, kCpuGrain / 8, [=](int64_t begin, int64_t end) {
+  parallel((n + 7) / 8, kCpuGrain / 8, [=](int64_t begin, int64_t end) {
     loop(begin * 8, std::min(n, end * 8) - begin * 8, begin);
   });
 }
