@@ -26,8 +26,8 @@ of torch's function:
     step       forward with grad, then autograd.grad: one training step of the layer.
 It then prints the peak memory of a step (as timed, and inside a network, where the gradient reaching the layer is
 a temporary) and what the autograd graph keeps, the wall-clock cost of one call at 1024 elements (the --overhead
-section) and the vmap section. Without a GPU it runs a small CPU benchmark instead (2^22 elements, float32 and
-bfloat16, torch.compile only with --compile).
+section) and the vmap section. Without a GPU it runs a small CPU benchmark instead (2^22 elements, float32,
+bfloat16, float16 and float64, torch.compile only with --compile).
 
 Times are medians of --reps samples (default 20) after a warm-up; on the GPU each sample is a pair of CUDA events,
 and calls shorter than about a millisecond are batched into one sample. GB/s counts the bytes a pass must move (see
@@ -1253,7 +1253,7 @@ def cell_plan(args, on_gpu, sweep):
         dtypes, directions = ["float32", "bfloat16"], ["forward"]
         shapes = [(n,) for n in (GPU_SWEEP if on_gpu else CPU_SWEEP)]
     else:
-        dtypes = ["float32", "bfloat16", "float16"] if on_gpu else ["float32", "bfloat16"]
+        dtypes = ["float32", "bfloat16", "float16"] if on_gpu else ["float32", "bfloat16", "float16", "float64"]
         directions = list(DIRECTIONS)
         shapes = [KERNELBENCH_SHAPE if on_gpu else (CPU_NUMEL,)]
     dtypes = [DTYPES[d] for d in args.dtypes or dtypes]
