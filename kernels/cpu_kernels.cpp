@@ -161,9 +161,14 @@ ACTIVATIONS_CPU_LOOP void cpu_loop_with(int64_t n, Op op, Out* out, const In*...
 // A functor with a mode flag (GELU's tanh_form) gets a loop per mode, the flag a constant in each: g++ cannot
 // vectorize a select on a loop-invariant bool, and at -O1 it had if-converted GELU's backward into one before
 // -funswitch-loops could split the loop, so the float32 GELU backward ran scalar (12x slower than torch's).
+template <class F, class = void>
+struct HasModeFlag : std::false_type {};
+template <class F>
+struct HasModeFlag<F, std::void_t<decltype(std::declval<F&>().tanh_form)>> : std::true_type {};
+
 template <class Op, class Out, class... In>
 void cpu_loop(int64_t n, Op op, Out* out, const In*... in) {
-  if constexpr (requires { op.f.tanh_form; }) {
+  if constexpr (HasModeFlag<decltype(op.f)>::value) {  // C++17: torch before 2.13 builds extensions with it
     if (op.f.tanh_form) return cpu_loop_with<1>(n, op, out, in...);
     return cpu_loop_with<0>(n, op, out, in...);
   }
