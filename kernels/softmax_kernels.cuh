@@ -485,7 +485,7 @@ struct DeviceInfo {
   int major = 0, sms = 1;
 };
 
-DeviceInfo device_info() {
+inline DeviceInfo device_info() {
   static DeviceInfo cache[64];
   static bool known[64] = {};
   int device = 0;
@@ -578,7 +578,7 @@ Plan plan_rows(bool backward, int64_t rows, int64_t n, bool aligned) {
   return plan;
 }
 
-const char* last_error() {
+inline const char* last_error() {
   const cudaError_t error = cudaGetLastError();
   return error == cudaSuccess ? nullptr : cudaGetErrorString(error);
 }
