@@ -11,21 +11,10 @@
 //
 // Compiled as part of activations.cpp's unit (included at its end, sharing its helpers: dtype_of, on_cuda): a unit
 // of its own parsed torch's headers again, 8-10 s of a 2-core cold build.
-#ifndef AT_PER_OPERATOR_HEADERS  // see activations.cpp
-#define AT_PER_OPERATOR_HEADERS
-#endif
 #include <ATen/Parallel.h>
-#include <ATen/core/Tensor.h>
-#include <ATen/ops/empty.h>
-#include <ATen/ops/empty_like.h>
-#include <c10/core/DeviceGuard.h>
 #include <c10/core/WrapDimMinimal.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
-#ifdef ACTIVATIONS_WITH_CUDA
-#include <c10/cuda/CUDAStream.h>
-#endif
-#include <torch/library.h>
 
 #include <cmath>
 #include <limits>

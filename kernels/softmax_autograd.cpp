@@ -12,23 +12,9 @@
 //
 // Compiled as part of autograd.cpp's unit (included at its end, sharing needs_grad and has_tangent): a unit of its
 // own parsed torch's autograd headers again, 10-14 s of a 2-core cold build.
-#ifndef AT_PER_OPERATOR_HEADERS  // see activations.cpp
-#define AT_PER_OPERATOR_HEADERS
-#endif
-#include <ATen/core/Tensor.h>
-#include <ATen/core/stack.h>
-#include <ATen/functorch/BatchedTensorImpl.h>
-#include <ATen/functorch/DynamicLayer.h>  // includes <nlohmann/json.hpp>: see nlohmann_json_stub.h
-#include <ATen/functorch/PlumbingHelper.h>
 #include <c10/core/WrapDimMinimal.h>
-#include <torch/csrc/autograd/VariableTypeUtils.h>
-#include <torch/library.h>
 
-#include <memory>
 #include <optional>
-#include <string>
-#include <type_traits>
-#include <vector>
 
 namespace activations {
 namespace {
@@ -56,7 +42,6 @@ const c10::TypedOperatorHandle<Backward>& backward_op() {
           .typed<Backward>();
   return op;
 }
-
 
 // A node holding the gradient edge of x (nodes are std::shared_ptr up to torch 2.1x, c10::intrusive_ptr later).
 template <class NodeType>
