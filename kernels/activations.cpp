@@ -47,11 +47,12 @@ using torch::jit::Stack;
 // ---------------------------------------------------------------------------------------------------------------
 // Checks and layout
 
-void check_input(const Tensor& t, const char* op, const char* what) {
+// `advice`: what else the caller can do about an unsupported dtype (softmax's dtype= argument).
+void check_input(const Tensor& t, const char* op, const char* what, const char* advice = "") {
   const auto dtype = t.scalar_type();
   TORCH_CHECK_TYPE(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kHalf || dtype == at::kBFloat16,
                    "activations.", op, ": unsupported dtype torch.", c10::getDtypeNames(dtype).first, " for ", what,
-                   "; supported: float32, float64, float16, bfloat16");
+                   "; supported: float32, float64, float16, bfloat16", advice);
   TORCH_CHECK(t.layout() == at::kStrided, "activations.", op, ": ", what, " must be a dense (strided) tensor, got ",
               t.layout());
 }

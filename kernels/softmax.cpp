@@ -9,8 +9,8 @@
 // The backward operators work from the forward's output, as torch's _softmax_backward_data does. Every result is
 // contiguous; an input that is not is copied first.
 //
-// Compiled as part of activations.cpp's unit (included at its end, sharing its helpers: dtype_of, on_cuda): a unit
-// of its own parsed torch's headers again, 8-10 s of a 2-core cold build.
+// Compiled as part of activations.cpp's unit (included at its end, sharing its helpers: check_input, check_same,
+// dtype_of, on_cuda): a unit of its own parsed torch's headers again, 8-10 s of a 2-core cold build.
 #include <ATen/Parallel.h>
 #include <c10/core/WrapDimMinimal.h>
 #include <c10/util/BFloat16.h>
@@ -119,15 +119,6 @@ void with_scalar_type(DType dtype, Fn&& fn) {
   }
 }
 
-void check_softmax_input(const Tensor& t, const char* op, const char* what) {
-  const auto dtype = t.scalar_type();
-  TORCH_CHECK_TYPE(dtype == at::kFloat || dtype == at::kDouble || dtype == at::kHalf || dtype == at::kBFloat16,
-                   "activations.", op, ": unsupported dtype torch.", c10::getDtypeNames(dtype).first, " for ", what,
-                   "; supported: float32, float64, float16, bfloat16 (or pass dtype= to convert the input)");
-  TORCH_CHECK(t.layout() == at::kStrided, "activations.", op, ": ", what, " must be a dense (strided) tensor, got ",
-              t.layout());
-}
-
 // [outer, n, inner] of a contiguous tensor reduced over dim (a 0-d tensor is one row of one element).
 SoftmaxShape shape_of(const Tensor& t, int64_t dim) {
   SoftmaxShape shape{1, 1, 1};
@@ -151,7 +142,7 @@ template <bool kCompute, bool kLog>
 Tensor forward_kernel(const Tensor& input, int64_t dim, std::optional<at::ScalarType> dtype) {
   const char* op = kLog ? "log_softmax" : "softmax";
   const Tensor converted = dtype.has_value() ? input.to(*dtype) : input;
-  check_softmax_input(converted, op, "input");
+  check_input(converted, op, "input", " (or pass dtype= to convert the input)");
   const int64_t d = c10::maybe_wrap_dim(dim, converted.dim());
   const Tensor x = converted.contiguous();
   Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
@@ -179,14 +170,9 @@ Tensor forward_kernel(const Tensor& input, int64_t dim, std::optional<at::Scalar
 template <bool kCompute, bool kLog>
 Tensor backward_kernel(const Tensor& grad_output, const Tensor& output, int64_t dim) {
   const char* op = kLog ? "log_softmax_backward" : "softmax_backward";
-  check_softmax_input(grad_output, op, "grad_output");
-  check_softmax_input(output, op, "output");
-  TORCH_CHECK(grad_output.device() == output.device(), "activations.", op, ": grad_output is on ",
-              grad_output.device(), " but output is on ", output.device());
-  TORCH_CHECK_TYPE(grad_output.scalar_type() == output.scalar_type(), "activations.", op, ": grad_output has dtype ",
-                   grad_output.scalar_type(), " but output has dtype ", output.scalar_type());
-  TORCH_CHECK(grad_output.sym_sizes() == output.sym_sizes(), "activations.", op, ": grad_output has shape ",
-              grad_output.sym_sizes(), " but output has shape ", output.sym_sizes());
+  check_input(grad_output, op, "grad_output", " (or pass dtype= to convert the input)");
+  check_input(output, op, "output", " (or pass dtype= to convert the input)");
+  check_same(grad_output, output, op, "grad_output", "output");
   const int64_t d = c10::maybe_wrap_dim(dim, output.dim());
   const Tensor g = grad_output.contiguous(), y = output.contiguous();
   Tensor gi = at::empty_like(y, at::MemoryFormat::Contiguous);
