@@ -532,11 +532,25 @@ bool uses_mask(const c10::OperatorHandle& op, const std::vector<c10::IValue>& ar
   return (name == "activations::backward" || name == "activations::backward_") && arguments[4].toStringRef() == "mask";
 }
 
-void batched_kernel(const c10::OperatorHandle& op, Stack* stack) {
-  const c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
+// The level of the vmap whose batching rule is running.
+int64_t current_vmap_level() {
   const auto layer = at::functorch::maybeCurrentDynamicLayer();
   TORCH_INTERNAL_ASSERT(layer.has_value(), "activations: a batching rule ran outside vmap");
-  const int64_t level = layer->layerId();
+  return layer->layerId();
+}
+
+// t, unwrapped at a vmap level (batched at bdim, or not batched), with the batch dimension in front: moved there
+// (not where it is in front already: a view op's dispatch costs a few us), or expanded to the batch size.
+Tensor batch_in_front(const Tensor& t, std::optional<int64_t> bdim, int64_t batch) {
+  if (bdim) return *bdim == 0 ? t : t.movedim(*bdim, 0);
+  std::vector<c10::SymInt> sizes{c10::SymInt(batch)};
+  sizes.insert(sizes.end(), t.sym_sizes().begin(), t.sym_sizes().end());
+  return t.unsqueeze(0).expand_symint(sizes);
+}
+
+void batched_kernel(const c10::OperatorHandle& op, Stack* stack) {
+  const c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
+  const int64_t level = current_vmap_level();
   const auto& schema = op.schema();
   const size_t num_arguments = schema.arguments().size();
   std::vector<c10::IValue> arguments = torch::jit::pop(*stack, num_arguments);
@@ -568,13 +582,7 @@ void batched_kernel(const c10::OperatorHandle& op, Stack* stack) {
   for (size_t i = 0; i < num_arguments; ++i) {
     if (!arguments[i].isTensor()) continue;
     auto& [value, bdim] = tensors[i];
-    if (bdim) {
-      if (*bdim != 0) value = value.movedim(*bdim, 0);  // a view op's dispatch costs a few us: none where in front
-    } else {
-      std::vector<c10::SymInt> sizes{c10::SymInt(batch)};
-      sizes.insert(sizes.end(), value.sym_sizes().begin(), value.sym_sizes().end());
-      value = value.unsqueeze(0).expand_symint(sizes);
-    }
+    value = batch_in_front(value, bdim, batch);
     if (!(mask_is_input && i == mask_position) && sample_shape.empty()) {
       sample_shape.assign(value.sizes().begin() + 1, value.sizes().end());
       sample_numel = c10::multiply_integers(sample_shape);

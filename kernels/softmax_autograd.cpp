@@ -10,8 +10,8 @@
 // A dtype argument that changes the input's dtype converts it first with Tensor.to, which autograd records.
 // vmap: the operator on the tensor beneath, its batch dimension in front and `dim` shifted past it.
 //
-// Compiled as part of autograd.cpp's unit (included at its end, sharing needs_grad and has_tangent): a unit of its
-// own parsed torch's autograd headers again, 10-14 s of a 2-core cold build.
+// Compiled as part of autograd.cpp's unit (included at its end, sharing needs_grad, has_tangent, current_vmap_level
+// and batch_in_front): a unit of its own parsed torch's autograd headers again, 10-14 s of a 2-core cold build.
 #include <c10/core/WrapDimMinimal.h>
 
 #include <optional>
@@ -108,9 +108,7 @@ Tensor backward_autograd(c10::DispatchKeySet keys, const Tensor& g, const Tensor
 // dimension of size 1 to reduce over.
 void softmax_batched_kernel(const c10::OperatorHandle& op, Stack* stack) {
   const c10::impl::ExcludeDispatchKeyGuard guard(c10::DispatchKey::FuncTorchBatched);
-  const auto layer = at::functorch::maybeCurrentDynamicLayer();
-  TORCH_INTERNAL_ASSERT(layer.has_value(), "activations: a batching rule ran outside vmap");
-  const int64_t level = layer->layerId();
+  const int64_t level = current_vmap_level();
   const auto& schema = op.schema();
   const size_t num_arguments = schema.arguments().size();
   const size_t num_tensors = schema.name().size() > 9 && schema.name().substr(schema.name().size() - 9) == "_backward"
@@ -130,14 +128,7 @@ void softmax_batched_kernel(const c10::OperatorHandle& op, Stack* stack) {
   const int64_t rank = tensors[0].dim() - (bdims[0] ? 1 : 0);
   int64_t dim = c10::maybe_wrap_dim(arguments[num_tensors].toInt(), rank);
   for (size_t i = 0; i < num_tensors; ++i) {
-    Tensor t = tensors[i];
-    if (bdims[i]) {
-      t = t.movedim(*bdims[i], 0);
-    } else {
-      std::vector<int64_t> sizes{*batch};
-      sizes.insert(sizes.end(), t.sizes().begin(), t.sizes().end());
-      t = t.unsqueeze(0).expand(sizes);
-    }
+    Tensor t = batch_in_front(tensors[i], bdims[i], *batch);
     if (rank == 0) t = t.unsqueeze(1);
     arguments[i] = t;
   }
