@@ -1,0 +1,77 @@
+"""The float32 error bounds over every float32 input: each op case's forward and backward (incoming gradient 1)
+against the float64 references of test_activations.py, in ulps as the tests count them (ulp_errors, with the
+same floors as check_values_and_gradient). test_float32_whole_range samples every 1024th bit pattern; this walks
+all 2^32 (or every STRIDE-th with --stride) on one device, in chunks, and prints the largest error per case with
+the input where it occurs. The references are evaluated on the same device in float64 (the mpmath refinement
+of gelu's far tail that the float64 tests use is not needed for float32 results).
+
+    python tools/ulp_sweep.py [--device cuda] [--stride 1] [--cases mish,silu]
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import test_activations as t  # noqa: E402  (the references, the cases, the bounds and the ulp measure)
+
+
+def case_errors(name, x):
+    """(forward ulps, backward ulps) of case `name` at float32 inputs x; 0 where the result is NaN, infinite or an
+    exact zero (test_float32_whole_range checks those for equality)."""
+    case = t.CASES[name]
+    x_ = x.clone().requires_grad_()
+    y = t.ours(name)(x_)
+    (g,) = torch.autograd.grad(y, x_, torch.ones_like(y))
+    y = y.detach()
+    x64 = x.double()
+    result = getattr(t, f"reference_{case.op}")(x64, *case.args, **case.kwargs)
+    exact_y, derivative = result[:2]
+    scale = result[2] if len(result) > 2 else derivative.abs()
+    if case.op in t.DERIVATIVE_FROM_OUTPUT:
+        derivative = t.DERIVATIVE_FROM_OUTPUT[case.op](y.double())
+        scale = derivative.abs()
+    underflow = 2.0**-100 if case.op in t.UNDERFLOW_OPS else 0.0
+    floor_y = torch.full_like(exact_y, underflow)
+    floor_g = (scale.abs() if case.op in t.UNDERFLOW_OPS else torch.zeros_like(derivative)).clamp(min=underflow)
+    errors = []
+    for actual, exact, floor in ((y, exact_y, floor_y), (g, derivative, floor_g)):
+        rounded = exact.float()
+        measured = exact.isfinite() & (exact != 0) & rounded.isfinite() & actual.isfinite()
+        e = t.ulp_errors(actual, exact, floor)
+        errors.append(torch.where(measured, e, torch.zeros_like(e)))
+    return errors
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--stride", type=int, default=1, help="every STRIDE-th bit pattern (default: all)")
+    parser.add_argument("--cases", default=",".join(t.CASES), help="comma-separated case names of test_activations")
+    parser.add_argument("--chunk", type=int, default=1 << 24, help="inputs per chunk")
+    args = parser.parse_args()
+    names = args.cases.split(",")
+    step = args.chunk * args.stride
+    print(f"float32 ulp error over every {args.stride}th float32 input ({args.device}); bound from FLOAT32_ULP")
+    for name in names:
+        worst = [(0.0, None), (0.0, None)]
+        for start in range(0, 1 << 32, step):
+            patterns = torch.arange(start, min(start + step, 1 << 32), args.stride, dtype=torch.int64,
+                                    device=args.device)
+            x = (patterns - (1 << 31)).to(torch.int32).view(torch.float32)  # signed: negative floats first
+            for direction, e in enumerate(case_errors(name, x)):
+                top = e.max().item()
+                if top > worst[direction][0]:
+                    worst[direction] = (top, x[e.argmax()].item())
+        bound = t.FLOAT32_ULP[t.CASES[name].op]
+        line = f"{name:28s}"
+        for direction, label in enumerate(("forward", "backward")):
+            error, at = worst[direction]
+            flag = "  OVER" if error > bound[direction] else ""
+            line += f"  {label} {error:6.3f} (bound {bound[direction]}) at {at!r:>16}{flag}"
+        print(line, flush=True)
+
+
+if __name__ == "__main__":
+    main()
