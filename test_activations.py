@@ -1598,7 +1598,7 @@ def small_models(device):
         def forward(self, x):
             return self.act(self.head(self.features(x)))
 
-    # float64: ours and torch's differ in the last bits (see the README's Accuracy), which in float32 can grow past
+    # float64: ours and torch's differ in the last bits (see docs/accuracy.md), which in float32 can grow past
     # assert_close's tolerance through a layer's sums (a CUDA run saw 1.1e-5 against 1e-5 in a conv weight's
     # gradient); in float64 the same bits stay far below it, so a wrong wiring still shows.
     float64 = dict(device=device, dtype=torch.float64)
@@ -2016,7 +2016,7 @@ def test_distributed_training_matches_torch_activations(kind, tmp_path):
 
     torch_types = [f"{type(a).__module__}.{type(a).__qualname__}" for a in DISTRIBUTED_ACTIVATIONS]
     tight = dict(rtol=1e-12, atol=1e-12)
-    # Ours and torch's activations differ in float64: in the last bits (README, Accuracy), and more where torch's
+    # Ours and torch's activations differ in float64: in the last bits (docs/accuracy.md), and more where torch's
     # are less accurate (its CPU hardsigmoid backward multiplies by 1/6 rounded to float: 3e-8 relative; its gelu
     # cancels in 1 + erf for x < 0). 20 steps of SGD with momentum magnify that to about 2e-7 relative: the two
     # trainings agree to 1e-6, each with its own one-process run to 1e-12.
