@@ -43,21 +43,6 @@ const c10::TypedOperatorHandle<Backward>& backward_op() {
   return op;
 }
 
-// A node holding the gradient edge of x (nodes are std::shared_ptr up to torch 2.1x, c10::intrusive_ptr later).
-template <class NodeType>
-auto new_node(const Tensor& x) {
-  using NodePtr = decltype(std::declval<autograd::Node&>().getptr());
-  auto node = [] {
-    if constexpr (std::is_same_v<NodePtr, std::shared_ptr<autograd::Node>>) {
-      return std::make_shared<NodeType>();
-    } else {
-      return c10::make_intrusive<NodeType>();
-    }
-  }();
-  node->set_next_edges(autograd::collect_next_edges(x));
-  return node;
-}
-
 template <bool kLog>
 struct SoftmaxBackward : autograd::Node {
   int64_t dim = 0;
