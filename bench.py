@@ -48,7 +48,7 @@ is not that of another). On the GPU a forward of up to 256 MiB is timed by repla
 so the kernels run back to back as in a busy network (at small sizes plain calls from Python time the host's launch
 path instead, for ours and torch's alike), in three rounds that alternate ours and torch's; the plain-call ratio is
 printed beside it, and --overhead times the host side. --plot draws the sweep's GB/s (implies --sweep; needs
-matplotlib).
+matplotlib); with --softmax, also a panel per softmax op and dtype: GB/s against row length at the --softmax shapes.
 
 --kernelbench times every KernelBench problem (activations.PROBLEMS; with --ops, the ops' problems) the way
 KernelBench's harness does (time_execution_with_cuda_event in its timing.py): Model and ModelNew from
@@ -1129,30 +1129,45 @@ def print_models(records):
 
 
 def plot(records, path):
-    """GB/s against size: one panel per (op, dtype), a line per implementation and direction, and the copy rate."""
+    """One figure of GB/s. The sweep's records: a panel per (op, dtype), GB/s against size, a line per implementation
+    and direction, and the copy rate at each size. --softmax's records (rows over the last dim): a panel per
+    (op, dtype), GB/s against row length at the table's shapes, and the run's copy floor."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    cells = [r for r in records if "error" not in r]
-    ops = list(dict.fromkeys(r["op"] for r in cells))
-    dtypes = list(dict.fromkeys(r["dtype"] for r in cells))
-    directions = list(dict.fromkeys(r["direction"] for r in cells))
-    fig, axes = plt.subplots(len(ops), len(dtypes), figsize=(6 * len(dtypes), 4 * len(ops)), squeeze=False)
-    for (i, op), (j, dtype) in ((a, b) for a in enumerate(ops) for b in enumerate(dtypes)):
-        ax = axes[i][j]
-        panel = sorted((r for r in cells if r["op"] == op and r["dtype"] == dtype), key=lambda r: r["numel"])
+    cells = [r for r in records if "error" not in r and not r.get("failed")]
+    sweep = [r for r in cells if r.get("kind") != "softmax"]
+    rows = [r for r in cells if r.get("kind") == "softmax" and r["dim"] == -1]
+    panels = [("sweep", key) for key in dict.fromkeys((r["op"], r["dtype"]) for r in sweep)]
+    panels += [("softmax", key) for key in dict.fromkeys((r["op"], r["dtype"]) for r in rows)]
+    columns = max(len(dict.fromkeys(dtype for _, (_, dtype) in panels)), 1)
+    fig, axes = plt.subplots(math.ceil(len(panels) / columns), columns, figsize=(6 * columns,
+                             4 * math.ceil(len(panels) / columns)), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.set_visible(False)
+    for ax, (kind, (op, dtype)) in zip(axes.flat, panels):
+        if kind == "sweep":
+            panel = [r for r in sweep if (r["op"], r["dtype"]) == (op, dtype)]
+            size_of, xlabel, title = (lambda r: r["numel"]), "elements", f"{op} {dtype}"
+            copies = sorted({(r["numel"], r["copy_gbps"]) for r in panel})
+        else:
+            panel = [r for r in rows if (r["op"], r["dtype"]) == (op, dtype)]
+            size_of, xlabel = (lambda r: r["shape"][-1]), "row length (elements)"
+            title = f"{op} {dtype}, rows over the last dim"
+            copies = sorted({(size_of(r), r["floor_gbps"]) for r in panel})
+        panel.sort(key=size_of)
+        directions = list(dict.fromkeys(r["direction"] for r in panel))
         for direction in directions:
-            rows = [r for r in panel if r["direction"] == direction]
-            for impl, marker in zip(impls_of(rows), "os^"):
+            lines = [r for r in panel if r["direction"] == direction]
+            for impl, marker in zip(impls_of(lines), "os^"):
                 label = impl if len(directions) == 1 else f"{impl} {direction}"
-                rates = [math.nan if r[f"{impl}_gbps"] is None else r[f"{impl}_gbps"] for r in rows]
-                ax.plot([r["numel"] for r in rows], rates, marker=marker, label=label)
-        copies = sorted({(r["numel"], r["copy_gbps"]) for r in panel})
+                rates = [math.nan if r.get(f"{impl}_gbps") is None else r[f"{impl}_gbps"] for r in lines]
+                ax.plot([size_of(r) for r in lines], rates, marker=marker, label=label)
         ax.plot([n for n, _ in copies], [c for _, c in copies], "k--", label="copy (read + write)")
         ax.set_xscale("log", base=2)
-        ax.set(title=f"{op} {dtype}", xlabel="elements", ylabel="GB/s")
+        ax.set(title=title, xlabel=xlabel, ylabel="GB/s")
         ax.grid(True, alpha=0.3)
         ax.legend(fontsize="small")
     fig.tight_layout()
@@ -1225,7 +1240,7 @@ def arguments(argv):
         "MODES",
     )
     parser.add_argument("--json", metavar="PATH", help="write every number to PATH")
-    parser.add_argument("--plot", metavar="PATH", help="PNG of the sweep's GB/s against size (implies --sweep)")
+    parser.add_argument("--plot", metavar="PATH", help="PNG of the sweep's GB/s against size (implies --sweep); with --softmax, softmax panels too")
     args = parser.parse_args(argv)
     if args.reps is not None and args.reps < 1:
         parser.error("--reps must be at least 1")
@@ -1282,8 +1297,6 @@ def run_table(args, rows, device, name, reps, sweep):
         print(f"copy floor of this run: {floor.record['gbps']:.0f} GB/s, the best of {rounds}", flush=True)
     print_cells(cells, f"{'Sweep' if sweep else 'Benchmark'} on {name}: {size_text(shapes)} elements, {reps} samples")
     print_memory(cells)
-    if sweep and args.plot:
-        plot(cells, args.plot)
     return cells
 
 
@@ -1343,6 +1356,8 @@ def run_softmax(args, device, reps):
                             times = best_of_rounds(fns, device, reps, 2)
                         for impl, ms in times.items():
                             record[f"{impl}_ms"] = ms
+                            record[f"{impl}_gbps"] = gbps(nbytes, ms)
+                        record["floor_gbps"] = floor.record["gbps"]
                         record["speedup"] = times["torch"] / times["ours"]
                         record["ours_pct_floor"] = 100 * gbps(nbytes, times["ours"]) / floor.record["gbps"]
                         record["torch_pct_floor"] = 100 * gbps(nbytes, times["torch"]) / floor.record["gbps"]
@@ -1431,6 +1446,8 @@ def main(argv=None):
             write_json(args.json, run, results)
     if args.json:
         print(f"wrote {args.json}")
+    if args.plot:
+        plot([r for name in ("sweep", "softmax") for r in results.get(name, [])], args.plot)
     failed = [r for records in results.values() for r in records if r.get("failed")]
     if failed:
         print(f"\nbench.py: FAILED: {len(failed)} measurement(s) failed their check or raised:", file=sys.stderr)

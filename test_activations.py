@@ -1059,7 +1059,7 @@ def check_softmax_backward(name, y, g, grad_input, dim, what):
 
 # Row lengths: every path of the CUDA kernels (warp, block, cluster of blocks, two passes) at its edges. The CPU
 # runs the short ones (its loops are the same for every length).
-SOFTMAX_CPU_LENGTHS = [1, 7, 1024, 50257]
+SOFTMAX_CPU_LENGTHS = [1, 7, 1024, 1025, 50257]
 SOFTMAX_CUDA_LENGTHS = [1, 7, 256, 257, 1000, 1024, 1025, 4096, 8192, 8193, 16384, 32768, 49152, 50257, 65536,
                         131072, 393216, 393217, 1048576, 4194304]
 
@@ -1089,6 +1089,25 @@ def test_softmax_matches_float64(name, device, n, dtype):
     finite = y.detach().isfinite().all(-1)  # the backward of a NaN row is NaN: checked on the other rows
     check_softmax_backward(name, y[finite], g[finite], grad_input[finite], -1,
                            f"{name} {dtype} {rows}x{n} backward (seed {seed})")
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", SOFTMAX_OPS)
+def test_softmax_over_a_leading_dim_matches_float64(name, device, dtype):
+    """Forward and backward over dim 0 of [n, columns]: a column is a row of softmax_rows. n = 600 and 305
+    columns, past the CPU loops' blocks (256 columns at a time, sums flushed every 256 steps)."""
+    seed = fresh_seed()
+    x = softmax_rows(600, 300, dtype, device, seed).t().contiguous()
+    poison_allocator(device, 4 * x.numel() * x.element_size())
+    y = softmax_ours(name)(x.requires_grad_(), 0)
+    check_softmax_forward(name, x, y, 0, f"{name} {dtype} dim 0 of {list(x.shape)} forward (seed {seed})")
+    g = torch.randn(x.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)).to(dtype).to(device)
+    poison_allocator(device, 4 * x.numel() * x.element_size())
+    (grad_input,) = torch.autograd.grad(y, x, g)
+    finite = y.detach().isfinite().all(0)  # the backward of a NaN column is NaN: checked on the other columns
+    check_softmax_backward(name, y[:, finite], g[:, finite], grad_input[:, finite], 0,
+                           f"{name} {dtype} dim 0 of {list(x.shape)} backward (seed {seed})")
 
 
 @pytest.mark.parametrize("device", DEVICES)

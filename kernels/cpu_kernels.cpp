@@ -1,6 +1,7 @@
 // CPU kernels: the functors of activations.cuh over the same memory-order walk as the CUDA kernels, on torch's
-// CPU threads (at::parallel_for). No torch headers beyond ATen/Parallel.h and the 16-bit types, so this unit
-// compiles beside activations.cpp instead of after it.
+// CPU threads (at::parallel_for), and softmax's CPU loops (softmax_cpu.cpp, included at the end). No torch
+// headers beyond ATen/Parallel.h and the 16-bit types, so this unit compiles beside activations.cpp instead of
+// after it.
 #include <ATen/Parallel.h>
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
@@ -509,3 +510,5 @@ void cpu_mask_backward(DType dtype, double passing, double blocked, const void* 
 }
 
 }  // namespace activations
+
+#include "softmax_cpu.cpp"

@@ -1,0 +1,335 @@
+// Softmax and log_softmax on the CPU (softmax.h): part of cpu_kernels.cpp's unit (included at its end), whose
+// loop machinery it shares (load and store, widen and narrow, ACTIVATIONS_CPU_LOOP, parallel), so the loops are
+// compiled for AVX2 + FMA where the elementwise ones are and call the same inline exp (exp_of).
+//
+// A row (inner == 1) takes three passes: its max, then softmax's exponentials (kept) and their sum, or
+// log_softmax's sum of exp(x - max), then the output; a slab of columns
+// (inner > 1) the same passes, a block of columns at a time, so that every inner loop runs along memory. The max
+// ignores NaN and the sum carries it: a row with a NaN sums to NaN, and so does a row of -inf (-inf - -inf), so
+// both give NaN everywhere, as torch's. Sums go kSoftmaxBlock terms at a time into a vector of partial sums in
+// double (omp simd reduction: the order is the vector's, which -fopenmp lets g++ choose), whose total is added to
+// the row's sum in Sum: double for float rows, long double for float64 ones. (float64 rows summed whole in a
+// vector of doubles were off by up to 510 ulp at n = 50257, against the tests' bound of about sqrt(n) ulp.)
+// (The first version, in softmax.cpp's torch glue, ran a row's loops one element wide with libm's exp and long
+// double sums for float64: 0.05-0.2x torch's speed on 2 cores.)
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "softmax.h"
+
+namespace activations {
+namespace {
+
+// Elements of a row handled at a time (summed in a vector, widened from 16 bits); the columns of a slab handled at
+// a time, and the steps of n whose terms a column sums in double before adding them to its Sum.
+constexpr int64_t kSoftmaxBlock = 1024;
+constexpr int64_t kSoftmaxColumns = 256;
+constexpr int64_t kSoftmaxSteps = 256;
+
+template <class C>
+using Sum = std::conditional_t<std::is_same_v<C, double>, long double, double>;
+
+// The loops read and write runs of T: float, double or bfloat16 (converted inside the loop, by load() and
+// store(), which g++ vectorizes), or a float buffer that float16 was widened into (g++ vectorizes no float16
+// conversion; widen() and narrow() use F16C 8 elements at a time). C is the compute type.
+template <class T>
+ACTIVATIONS_CPU_LOOP compute_t<T> max_of(int64_t n, const T* x, compute_t<T> m) {
+#pragma omp simd reduction(max : m)
+  for (int64_t i = 0; i < n; ++i) m = load(x[i]) > m ? load(x[i]) : m;
+  return m;
+}
+
+template <class T>
+ACTIVATIONS_CPU_LOOP double sum_exp(int64_t n, const T* x, compute_t<T> max) {
+  double sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) sum += exp_of(load(x[i]) - max);
+  return sum;
+}
+
+// softmax: e = exp(x - max), returning the sum of e; then y = e / sum as e times the reciprocal (one rounding more
+// than a division, inside the bound; the float32 forward with a second exp and a division ran at 0.63x torch's).
+// e is in the compute type: the output itself for float and double, a float row for the 16-bit types.
+template <class T, class C = compute_t<T>>
+ACTIVATIONS_CPU_LOOP double exp_and_sum(int64_t n, const T* x, C max, C* e) {
+  double sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) {
+    const C v = exp_of(load(x[i]) - max);
+    e[i] = v;
+    sum += v;
+  }
+  return sum;
+}
+template <class T, class C = compute_t<T>>
+ACTIVATIONS_CPU_LOOP void scale(int64_t n, const C* e, C factor, T* y) {
+#pragma GCC ivdep
+  for (int64_t i = 0; i < n; ++i) y[i] = store<T>(e[i] * factor);
+}
+
+// log_softmax: y = (x - max) - log(sum).
+template <class T, class C = compute_t<T>>
+ACTIVATIONS_CPU_LOOP void log_softmax_output(int64_t n, const T* x, C max, C log_sum, T* y) {
+#pragma GCC ivdep
+  for (int64_t i = 0; i < n; ++i) y[i] = store<T>((load(x[i]) - max) - log_sum);
+}
+
+// sum(g y) (softmax) or sum(g) (log_softmax).
+template <bool kLog, class T>
+ACTIVATIONS_CPU_LOOP double backward_sum(int64_t n, const T* g, const T* y) {
+  double sum = 0;
+#pragma omp simd reduction(+ : sum)
+  for (int64_t i = 0; i < n; ++i) sum += kLog ? load(g[i]) : load(g[i]) * load(y[i]);
+  return sum;
+}
+
+// softmax: y (g - sum); log_softmax: g - exp(y) sum.
+template <bool kLog, class T, class C = compute_t<T>>
+ACTIVATIONS_CPU_LOOP void backward_output(int64_t n, const T* g, const T* y, C sum, T* gi) {
+#pragma GCC ivdep
+  for (int64_t i = 0; i < n; ++i) {
+    const C gk = load(g[i]), yk = load(y[i]);
+    gi[i] = store<T>(kLog ? gk - exp_of(yk) * sum : yk * (gk - sum));
+  }
+}
+
+// Column-wise forms of the same passes, for a slab: one step of n, over w columns.
+template <class T, class C = compute_t<T>>
+ACTIVATIONS_CPU_LOOP void max_into(int64_t w, const T* x, C* max) {
+#pragma GCC ivdep
+  for (int64_t i = 0; i < w; ++i) max[i] = load(x[i]) > max[i] ? load(x[i]) : max[i];
+}
+template <class T, class C = compute_t<T>>
+ACTIVATIONS_CPU_LOOP void sum_exp_into(int64_t w, const T* x, const C* max, double* sum) {
+#pragma GCC ivdep
+  for (int64_t i = 0; i < w; ++i) sum[i] += exp_of(load(x[i]) - max[i]);
+}
+template <bool kLog, class T, class C = compute_t<T>>
+ACTIVATIONS_CPU_LOOP void softmax_output_columns(int64_t w, const T* x, const C* max, const C* total, T* y) {
+#pragma GCC ivdep
+  for (int64_t i = 0; i < w; ++i) {
+    const C v = load(x[i]) - max[i];
+    y[i] = store<T>(kLog ? v - total[i] : exp_of(v) * total[i]);
+  }
+}
+template <bool kLog, class T>
+ACTIVATIONS_CPU_LOOP void backward_sum_into(int64_t w, const T* g, const T* y, double* sum) {
+#pragma GCC ivdep
+  for (int64_t i = 0; i < w; ++i) sum[i] += kLog ? load(g[i]) : load(g[i]) * load(y[i]);
+}
+template <bool kLog, class T, class C = compute_t<T>>
+ACTIVATIONS_CPU_LOOP void backward_output_columns(int64_t w, const T* g, const T* y, const C* sum, T* gi) {
+#pragma GCC ivdep
+  for (int64_t i = 0; i < w; ++i) {
+    const C gk = load(g[i]), yk = load(y[i]);
+    gi[i] = store<T>(kLog ? gk - exp_of(yk) * sum[i] : yk * (gk - sum[i]));
+  }
+}
+
+// The runs the loops see: float, double and bfloat16 tensors' own memory; float16 widened into a float buffer
+// (read), or written to one (target) that done() rounds into the tensor.
+template <class S>
+struct Runs {
+  using C = compute_t<S>;
+  static constexpr bool kWidened = std::is_same_v<S, c10::Half>;
+  using T = std::conditional_t<kWidened, float, S>;
+  static const T* read(const S* in, int64_t n, float* buffer) {
+    if constexpr (kWidened) {
+      widen(n, in, buffer);
+      return buffer;
+    } else {
+      return in;
+    }
+  }
+  static T* target(S* out, float* buffer) {
+    if constexpr (kWidened) {
+      return buffer;
+    } else {
+      return out;
+    }
+  }
+  static void done(int64_t n, const T* result, S* out) {
+    if constexpr (kWidened) narrow(n, result, out);
+  }
+};
+
+// Calls fn(first, count) over [0, n) in runs of kSoftmaxBlock elements.
+template <class Fn>
+void for_runs(int64_t n, Fn&& fn) {
+  for (int64_t first = 0; first < n; first += kSoftmaxBlock) fn(first, std::min(kSoftmaxBlock, n - first));
+}
+
+template <bool kLog, class S>
+void softmax_rows(int64_t rows, int64_t n, const S* x, S* y) {
+  using C = compute_t<S>;
+  using V = Runs<S>;
+  parallel(rows, std::max<int64_t>(1, kCpuGrain / n), [=](int64_t begin, int64_t end) {
+    alignas(64) float in[kSoftmaxBlock], out[kSoftmaxBlock];
+    std::vector<C> exponentials(kLog || std::is_same_v<S, C> ? 0 : n);  // softmax's, of a 16-bit row
+    for (int64_t r = begin; r < end; ++r) {
+      const S* xr = x + r * n;
+      S* yr = y + r * n;
+      C max = -std::numeric_limits<C>::infinity();
+      for_runs(n, [&](int64_t first, int64_t count) { max = max_of(count, V::read(xr + first, count, in), max); });
+      Sum<C> sum = 0;
+      if constexpr (kLog) {
+        for_runs(n, [&](int64_t first, int64_t count) { sum += sum_exp(count, V::read(xr + first, count, in), max); });
+        const C log_sum = static_cast<C>(std::log(sum));
+        for_runs(n, [&](int64_t first, int64_t count) {
+          auto* result = V::target(yr + first, out);
+          log_softmax_output(count, V::read(xr + first, count, in), max, log_sum, result);
+          V::done(count, result, yr + first);
+        });
+      } else {
+        // The exponentials go where the output goes (a float row for 16-bit ones), then are scaled by 1 / sum.
+        C* e = exponentials.data();
+        if constexpr (std::is_same_v<S, C>) e = yr;
+        for_runs(n, [&](int64_t first, int64_t count) {
+          sum += exp_and_sum(count, V::read(xr + first, count, in), max, e + first);
+        });
+        const C reciprocal = static_cast<C>(1 / sum);
+        for_runs(n, [&](int64_t first, int64_t count) {
+          auto* result = V::target(yr + first, out);
+          scale(count, e + first, reciprocal, result);
+          V::done(count, result, yr + first);
+        });
+      }
+    }
+  });
+}
+
+template <bool kLog, class S>
+void softmax_backward_rows(int64_t rows, int64_t n, const S* g, const S* y, S* gi) {
+  using C = compute_t<S>;
+  using V = Runs<S>;
+  parallel(rows, std::max<int64_t>(1, kCpuGrain / n), [=](int64_t begin, int64_t end) {
+    alignas(64) float gb[kSoftmaxBlock], yb[kSoftmaxBlock], out[kSoftmaxBlock];
+    for (int64_t r = begin; r < end; ++r) {
+      const S *gr = g + r * n, *yr = y + r * n;
+      S* gir = gi + r * n;
+      Sum<C> sum = 0;
+      for_runs(n, [&](int64_t first, int64_t count) {
+        sum += backward_sum<kLog>(count, V::read(gr + first, count, gb), V::read(yr + first, count, yb));
+      });
+      for_runs(n, [&](int64_t first, int64_t count) {
+        auto* result = V::target(gir + first, out);
+        backward_output<kLog>(count, V::read(gr + first, count, gb), V::read(yr + first, count, yb),
+                              static_cast<C>(sum), result);
+        V::done(count, result, gir + first);
+      });
+    }
+  });
+}
+
+// The sums of w columns over n steps: step(j) adds step j's terms to `partial` (double), which goes into `total`
+// (Sum) every kSoftmaxSteps steps.
+template <class Total, class Step>
+void column_sums(int64_t n, int64_t w, Total* total, double* partial, Step&& step) {
+  std::fill(total, total + w, Total(0));
+  for (int64_t first = 0; first < n; first += kSoftmaxSteps) {
+    std::fill(partial, partial + w, 0.0);
+    for (int64_t j = first; j < std::min(n, first + kSoftmaxSteps); ++j) step(j);
+    for (int64_t i = 0; i < w; ++i) total[i] += partial[i];
+  }
+}
+
+// A slab [n, inner] per outer index, kSoftmaxColumns columns at a time: every (slab, block of columns) is one
+// unit of the parallel loop, so a single slab with many columns spreads over the threads too.
+template <bool kLog, class S>
+void softmax_columns(SoftmaxShape shape, const S* x, S* y) {
+  using C = compute_t<S>;
+  using V = Runs<S>;
+  const int64_t n = shape.n, inner = shape.inner;
+  const int64_t blocks = (inner + kSoftmaxColumns - 1) / kSoftmaxColumns;
+  parallel(shape.outer * blocks, std::max<int64_t>(1, kCpuGrain / (n * kSoftmaxColumns)),
+           [=](int64_t begin, int64_t end) {
+             alignas(64) float in[kSoftmaxColumns], out[kSoftmaxColumns];
+             alignas(64) C max[kSoftmaxColumns], total[kSoftmaxColumns];
+             alignas(64) double sum[kSoftmaxColumns];
+             Sum<C> column_sum[kSoftmaxColumns];
+             for (int64_t unit = begin; unit < end; ++unit) {
+               const int64_t column = (unit % blocks) * kSoftmaxColumns;
+               const int64_t w = std::min(kSoftmaxColumns, inner - column);
+               const S* xs = x + (unit / blocks) * n * inner + column;
+               S* ys = y + (unit / blocks) * n * inner + column;
+               std::fill(max, max + w, -std::numeric_limits<C>::infinity());
+               for (int64_t j = 0; j < n; ++j) max_into(w, V::read(xs + j * inner, w, in), max);
+               column_sums(n, w, column_sum, sum, [&](int64_t j) {
+                 sum_exp_into(w, V::read(xs + j * inner, w, in), max, sum);
+               });
+               for (int64_t i = 0; i < w; ++i) {  // log_softmax's log(sum), softmax's 1 / sum
+                 total[i] = static_cast<C>(kLog ? std::log(column_sum[i]) : 1 / column_sum[i]);
+               }
+               for (int64_t j = 0; j < n; ++j) {
+                 auto* result = V::target(ys + j * inner, out);
+                 softmax_output_columns<kLog>(w, V::read(xs + j * inner, w, in), max, total, result);
+                 V::done(w, result, ys + j * inner);
+               }
+             }
+           });
+}
+
+template <bool kLog, class S>
+void softmax_backward_columns(SoftmaxShape shape, const S* g, const S* y, S* gi) {
+  using C = compute_t<S>;
+  using V = Runs<S>;
+  const int64_t n = shape.n, inner = shape.inner;
+  const int64_t blocks = (inner + kSoftmaxColumns - 1) / kSoftmaxColumns;
+  parallel(shape.outer * blocks, std::max<int64_t>(1, kCpuGrain / (n * kSoftmaxColumns)),
+           [=](int64_t begin, int64_t end) {
+             alignas(64) float gb[kSoftmaxColumns], yb[kSoftmaxColumns], out[kSoftmaxColumns];
+             alignas(64) C sum_c[kSoftmaxColumns];
+             alignas(64) double sum[kSoftmaxColumns];
+             Sum<C> column_sum[kSoftmaxColumns];
+             for (int64_t unit = begin; unit < end; ++unit) {
+               const int64_t column = (unit % blocks) * kSoftmaxColumns;
+               const int64_t w = std::min(kSoftmaxColumns, inner - column);
+               const int64_t offset = (unit / blocks) * n * inner + column;
+               column_sums(n, w, column_sum, sum, [&](int64_t j) {
+                 const int64_t k = offset + j * inner;
+                 backward_sum_into<kLog>(w, V::read(g + k, w, gb), V::read(y + k, w, yb), sum);
+               });
+               for (int64_t i = 0; i < w; ++i) sum_c[i] = static_cast<C>(column_sum[i]);
+               for (int64_t j = 0; j < n; ++j) {
+                 const int64_t k = offset + j * inner;
+                 auto* result = V::target(gi + k, out);
+                 backward_output_columns<kLog>(w, V::read(g + k, w, gb), V::read(y + k, w, yb), sum_c, result);
+                 V::done(w, result, gi + k);
+               }
+             }
+           });
+}
+
+}  // namespace
+
+void cpu_softmax_forward(bool log, DType dtype, SoftmaxShape shape, const void* x, void* y) {
+  with_scalar_type(dtype, [&](auto storage) {
+    using S = decltype(storage);
+    const auto* in = static_cast<const S*>(x);
+    auto* out = static_cast<S*>(y);
+    if (shape.inner == 1) {
+      log ? softmax_rows<true>(shape.outer, shape.n, in, out) : softmax_rows<false>(shape.outer, shape.n, in, out);
+    } else {
+      log ? softmax_columns<true>(shape, in, out) : softmax_columns<false>(shape, in, out);
+    }
+  });
+}
+
+void cpu_softmax_backward(bool log, DType dtype, SoftmaxShape shape, const void* grad_out, const void* output,
+                          void* grad_in) {
+  with_scalar_type(dtype, [&](auto storage) {
+    using S = decltype(storage);
+    const auto* g = static_cast<const S*>(grad_out);
+    const auto* y = static_cast<const S*>(output);
+    auto* gi = static_cast<S*>(grad_in);
+    if (shape.inner == 1) {
+      log ? softmax_backward_rows<true>(shape.outer, shape.n, g, y, gi)
+          : softmax_backward_rows<false>(shape.outer, shape.n, g, y, gi);
+    } else {
+      log ? softmax_backward_columns<true>(shape, g, y, gi) : softmax_backward_columns<false>(shape, g, y, gi);
+    }
+  });
+}
+
+}  // namespace activations
