@@ -238,40 +238,45 @@ void column_sums(int64_t n, int64_t w, Total* total, double* partial, Step&& ste
   }
 }
 
-// A slab [n, inner] per outer index, kSoftmaxColumns columns at a time: every (slab, block of columns) is one
-// unit of the parallel loop, so a single slab with many columns spreads over the threads too.
+// body(offset, w) for every block of kSoftmaxColumns columns of every slab [n, inner] (one per outer index):
+// offset is the block's first element, w its columns. Each (slab, block) is one unit of the parallel loop, so a
+// single slab with many columns spreads over the threads too.
+template <class Body>
+void for_column_blocks(SoftmaxShape shape, const Body& body) {
+  const int64_t blocks = (shape.inner + kSoftmaxColumns - 1) / kSoftmaxColumns;
+  const int64_t grain = std::max<int64_t>(1, kCpuGrain / (shape.n * kSoftmaxColumns));
+  parallel(shape.outer * blocks, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t unit = begin; unit < end; ++unit) {
+      const int64_t column = (unit % blocks) * kSoftmaxColumns;
+      body((unit / blocks) * shape.n * shape.inner + column, std::min(kSoftmaxColumns, shape.inner - column));
+    }
+  });
+}
+
 template <bool kLog, class S>
 void softmax_columns(SoftmaxShape shape, const S* x, S* y) {
   using C = compute_t<S>;
   using V = Runs<S>;
   const int64_t n = shape.n, inner = shape.inner;
-  const int64_t blocks = (inner + kSoftmaxColumns - 1) / kSoftmaxColumns;
-  parallel(shape.outer * blocks, std::max<int64_t>(1, kCpuGrain / (n * kSoftmaxColumns)),
-           [=](int64_t begin, int64_t end) {
-             alignas(64) float in[kSoftmaxColumns], out[kSoftmaxColumns];
-             alignas(64) C max[kSoftmaxColumns], total[kSoftmaxColumns];
-             alignas(64) double sum[kSoftmaxColumns];
-             Sum<C> column_sum[kSoftmaxColumns];
-             for (int64_t unit = begin; unit < end; ++unit) {
-               const int64_t column = (unit % blocks) * kSoftmaxColumns;
-               const int64_t w = std::min(kSoftmaxColumns, inner - column);
-               const S* xs = x + (unit / blocks) * n * inner + column;
-               S* ys = y + (unit / blocks) * n * inner + column;
-               std::fill(max, max + w, -std::numeric_limits<C>::infinity());
-               for (int64_t j = 0; j < n; ++j) max_into(w, V::read(xs + j * inner, w, in), max);
-               column_sums(n, w, column_sum, sum, [&](int64_t j) {
-                 sum_exp_into(w, V::read(xs + j * inner, w, in), max, sum);
-               });
-               for (int64_t i = 0; i < w; ++i) {  // log_softmax's log(sum), softmax's 1 / sum
-                 total[i] = static_cast<C>(kLog ? log_of_sum(column_sum[i]) : 1 / column_sum[i]);
-               }
-               for (int64_t j = 0; j < n; ++j) {
-                 auto* result = V::target(ys + j * inner, out);
-                 softmax_output_columns<kLog>(w, V::read(xs + j * inner, w, in), max, total, result);
-                 V::done(w, result, ys + j * inner);
-               }
-             }
-           });
+  for_column_blocks(shape, [&](int64_t offset, int64_t w) {
+    alignas(64) float in[kSoftmaxColumns], out[kSoftmaxColumns];
+    alignas(64) C max[kSoftmaxColumns], total[kSoftmaxColumns];
+    alignas(64) double sum[kSoftmaxColumns];
+    Sum<C> column_sum[kSoftmaxColumns];
+    std::fill(max, max + w, -std::numeric_limits<C>::infinity());
+    for (int64_t j = 0; j < n; ++j) max_into(w, V::read(x + offset + j * inner, w, in), max);
+    column_sums(n, w, column_sum, sum, [&](int64_t j) {
+      sum_exp_into(w, V::read(x + offset + j * inner, w, in), max, sum);
+    });
+    for (int64_t i = 0; i < w; ++i) {  // log_softmax's log(sum), softmax's 1 / sum
+      total[i] = static_cast<C>(kLog ? log_of_sum(column_sum[i]) : 1 / column_sum[i]);
+    }
+    for (int64_t j = 0; j < n; ++j) {
+      auto* result = V::target(y + offset + j * inner, out);
+      softmax_output_columns<kLog>(w, V::read(x + offset + j * inner, w, in), max, total, result);
+      V::done(w, result, y + offset + j * inner);
+    }
+  });
 }
 
 template <bool kLog, class S>
@@ -279,30 +284,23 @@ void softmax_backward_columns(SoftmaxShape shape, const S* g, const S* y, S* gi)
   using C = compute_t<S>;
   using V = Runs<S>;
   const int64_t n = shape.n, inner = shape.inner;
-  const int64_t blocks = (inner + kSoftmaxColumns - 1) / kSoftmaxColumns;
-  parallel(shape.outer * blocks, std::max<int64_t>(1, kCpuGrain / (n * kSoftmaxColumns)),
-           [=](int64_t begin, int64_t end) {
-             alignas(64) float gb[kSoftmaxColumns], yb[kSoftmaxColumns], out[kSoftmaxColumns];
-             alignas(64) C sum_c[kSoftmaxColumns];
-             alignas(64) double sum[kSoftmaxColumns];
-             Sum<C> column_sum[kSoftmaxColumns];
-             for (int64_t unit = begin; unit < end; ++unit) {
-               const int64_t column = (unit % blocks) * kSoftmaxColumns;
-               const int64_t w = std::min(kSoftmaxColumns, inner - column);
-               const int64_t offset = (unit / blocks) * n * inner + column;
-               column_sums(n, w, column_sum, sum, [&](int64_t j) {
-                 const int64_t k = offset + j * inner;
-                 backward_sum_into<kLog>(w, V::read(g + k, w, gb), V::read(y + k, w, yb), sum);
-               });
-               for (int64_t i = 0; i < w; ++i) sum_c[i] = static_cast<C>(column_sum[i]);
-               for (int64_t j = 0; j < n; ++j) {
-                 const int64_t k = offset + j * inner;
-                 auto* result = V::target(gi + k, out);
-                 backward_output_columns<kLog>(w, V::read(g + k, w, gb), V::read(y + k, w, yb), sum_c, result);
-                 V::done(w, result, gi + k);
-               }
-             }
-           });
+  for_column_blocks(shape, [&](int64_t offset, int64_t w) {
+    alignas(64) float gb[kSoftmaxColumns], yb[kSoftmaxColumns], out[kSoftmaxColumns];
+    alignas(64) C total[kSoftmaxColumns];
+    alignas(64) double sum[kSoftmaxColumns];
+    Sum<C> column_sum[kSoftmaxColumns];
+    column_sums(n, w, column_sum, sum, [&](int64_t j) {
+      const int64_t k = offset + j * inner;
+      backward_sum_into<kLog>(w, V::read(g + k, w, gb), V::read(y + k, w, yb), sum);
+    });
+    for (int64_t i = 0; i < w; ++i) total[i] = static_cast<C>(column_sum[i]);
+    for (int64_t j = 0; j < n; ++j) {
+      const int64_t k = offset + j * inner;
+      auto* result = V::target(gi + k, out);
+      backward_output_columns<kLog>(w, V::read(g + k, w, gb), V::read(y + k, w, yb), total, result);
+      V::done(w, result, gi + k);
+    }
+  });
 }
 
 }  // namespace
