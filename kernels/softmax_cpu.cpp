@@ -11,7 +11,7 @@
 // the row's sum in Sum: double for float rows, long double for float64 ones. (float64 rows summed whole in a
 // vector of doubles were off by up to 510 ulp at n = 50257, against the tests' bound of about sqrt(n) ulp.)
 // (The first version, in softmax.cpp's torch glue, ran a row's loops one element wide with libm's exp and long
-// double sums for float64: 0.05-0.2x torch's speed on 2 cores.)
+// double sums for float64: 0.05-0.2x torch's speed on 2 cores, measured with other work on the machine.)
 #include <cmath>
 #include <limits>
 #include <vector>
