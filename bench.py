@@ -1143,8 +1143,8 @@ def plot(records, path):
     panels = [("sweep", key) for key in dict.fromkeys((r["op"], r["dtype"]) for r in sweep)]
     panels += [("softmax", key) for key in dict.fromkeys((r["op"], r["dtype"]) for r in rows)]
     columns = max(len(dict.fromkeys(dtype for _, (_, dtype) in panels)), 1)
-    fig, axes = plt.subplots(math.ceil(len(panels) / columns), columns, figsize=(6 * columns,
-                             4 * math.ceil(len(panels) / columns)), squeeze=False)
+    grid_rows = math.ceil(len(panels) / columns)
+    fig, axes = plt.subplots(grid_rows, columns, figsize=(6 * columns, 4 * grid_rows), squeeze=False)
     for ax in axes.flat[len(panels):]:
         ax.set_visible(False)
     for ax, (kind, (op, dtype)) in zip(axes.flat, panels):
@@ -1240,7 +1240,9 @@ def arguments(argv):
         "MODES",
     )
     parser.add_argument("--json", metavar="PATH", help="write every number to PATH")
-    parser.add_argument("--plot", metavar="PATH", help="PNG of the sweep's GB/s against size (implies --sweep); with --softmax, softmax panels too")
+    parser.add_argument("--plot", metavar="PATH",
+                        help="PNG of the sweep's GB/s against size (implies --sweep); with --softmax, softmax "
+                        "panels too")
     args = parser.parse_args(argv)
     if args.reps is not None and args.reps < 1:
         parser.error("--reps must be at least 1")
@@ -1359,8 +1361,8 @@ def run_softmax(args, device, reps):
                             record[f"{impl}_gbps"] = gbps(nbytes, ms)
                         record["floor_gbps"] = floor.record["gbps"]
                         record["speedup"] = times["torch"] / times["ours"]
-                        record["ours_pct_floor"] = 100 * gbps(nbytes, times["ours"]) / floor.record["gbps"]
-                        record["torch_pct_floor"] = 100 * gbps(nbytes, times["torch"]) / floor.record["gbps"]
+                        record["ours_pct_floor"] = 100 * record["ours_gbps"] / record["floor_gbps"]
+                        record["torch_pct_floor"] = 100 * record["torch_gbps"] / record["floor_gbps"]
                     except Exception as error:  # reported, and the run goes on
                         record.update(failed=True, error=error_text(error))
                     records.append(record)

@@ -21,8 +21,8 @@
 namespace activations {
 namespace {
 
-// Elements of a row handled at a time (summed in a vector, widened from 16 bits); the columns of a slab handled at
-// a time, and the steps of n whose terms a column sums in double before adding them to its Sum.
+// Elements of a row whose terms one vector of partial sums adds up; the columns of a slab handled at a time, and
+// the steps of n whose terms a column sums in double before adding them to its Sum.
 constexpr int64_t kSoftmaxBlock = 1024;
 constexpr int64_t kSoftmaxColumns = 256;
 constexpr int64_t kSoftmaxSteps = 256;
@@ -135,7 +135,6 @@ ACTIVATIONS_CPU_LOOP void backward_output_columns(int64_t w, const T* g, const T
 // float buffer (read), or written to one (target) that done() rounds into the tensor.
 template <class S>
 struct Runs {
-  using C = compute_t<S>;
   static constexpr bool kWidened = std::is_same_v<S, c10::Half>;
   using T = std::conditional_t<kWidened, float, S>;
   static const T* read(const S* in, int64_t n, float* buffer) {
