@@ -16,6 +16,7 @@
 
 #pragma once
 
+#include "cuda_storage.cuh"
 #include "kernels.h"
 
 namespace activations {
@@ -184,8 +185,6 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   }
 }
 
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
-
 // Launches kernel<kVec> with kVec = the 16-byte width when all pointers allow it, else 1.
 template <class S, class Launch>
 const char* launch(int64_t n, bool all_aligned, Launch&& kernel_for_width) {
@@ -202,17 +201,6 @@ const char* launch(int64_t n, bool all_aligned, Launch&& kernel_for_width) {
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
-// Calls fn(S{}) with the storage type S of dtype.
-template <class Fn>
-const char* with_storage_type(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::Float32: return fn(float{});
-    case DType::Float64: return fn(double{});
-    case DType::Float16: return fn(__half{});
-    case DType::BFloat16: return fn(__nv_bfloat16{});
-  }
-  return "activations: unknown dtype code";
-}
 
 // out = op(a, b, c) elementwise (b, c: only the first kInputs are read). Scalar accesses only with kVectors
 // false: the double backward is not worth its wide instantiations in build time.

@@ -10,7 +10,7 @@ int64_t cuda_softmax_workspace_bytes(bool backward, DType dtype, SoftmaxShape sh
                                      const void* out) {
   const bool aligned = aligned16(a) && (b == nullptr || aligned16(b)) && aligned16(out);
   int64_t bytes = 0;
-  with_storage(dtype, [&](auto storage) -> const char* {
+  with_storage_type(dtype, [&](auto storage) -> const char* {
     using S = decltype(storage);
     bytes = backward ? softmax_workspace<S, true>(shape, aligned) : softmax_workspace<S, false>(shape, aligned);
     return nullptr;
@@ -21,7 +21,7 @@ int64_t cuda_softmax_workspace_bytes(bool backward, DType dtype, SoftmaxShape sh
 const char* cuda_softmax_forward(bool log, DType dtype, SoftmaxShape shape, const void* x, void* y, void* workspace,
                                  void* stream) {
   if (shape.outer * shape.n * shape.inner == 0) return nullptr;
-  return with_storage(dtype, [&](auto storage) {
+  return with_storage_type(dtype, [&](auto storage) {
     return softmax_run<decltype(storage), false>(log, shape, x, nullptr, y, workspace, stream);
   });
 }
@@ -29,7 +29,7 @@ const char* cuda_softmax_forward(bool log, DType dtype, SoftmaxShape shape, cons
 const char* cuda_softmax_backward(bool log, DType dtype, SoftmaxShape shape, const void* grad_out,
                                   const void* output, void* grad_in, void* workspace, void* stream) {
   if (shape.outer * shape.n * shape.inner == 0) return nullptr;
-  return with_storage(dtype, [&](auto storage) {
+  return with_storage_type(dtype, [&](auto storage) {
     return softmax_run<decltype(storage), true>(log, shape, grad_out, output, grad_in, workspace, stream);
   });
 }

@@ -4,11 +4,7 @@
 // 32.2 s cold build on the H100 host (16 cores).
 #pragma once
 
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
-
-#include <stdint.h>
-
+#include "cuda_storage.cuh"
 #include "softmax.h"
 
 namespace activations {
@@ -21,19 +17,6 @@ int64_t softmax_workspace(SoftmaxShape shape, bool aligned);
 template <class S, bool kBackward>
 const char* softmax_run(bool log, SoftmaxShape shape, const void* a, const void* b, void* out, void* workspace,
                         void* stream);
-
-template <class Fn>
-const char* with_storage(DType dtype, Fn&& fn) {
-  switch (dtype) {
-    case DType::Float32: return fn(float{});
-    case DType::Float64: return fn(double{});
-    case DType::Float16: return fn(__half{});
-    case DType::BFloat16: return fn(__nv_bfloat16{});
-  }
-  return "unsupported dtype";
-}
-
-inline bool aligned16(const void* p) { return reinterpret_cast<uintptr_t>(p) % 16 == 0; }
 
 }  // namespace softmax_cuda
 }  // namespace activations
