@@ -1712,7 +1712,7 @@ def test_work_on_a_side_stream_is_ordered():
 @requires_cuda
 @pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="compute-sanitizer not found")
 def test_compute_sanitizer_memcheck_is_clean(tmp_path):
-    """Every kernel, odd sizes and misaligned views, under compute-sanitizer's memcheck."""
+    """Every kernel (softmax's row paths too), odd sizes and misaligned views, under compute-sanitizer's memcheck."""
     script = textwrap.dedent("""
         import torch, activations
         for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
@@ -1726,6 +1726,14 @@ def test_compute_sanitizer_memcheck_is_clean(tmp_path):
                             torch.autograd.grad(g, x, torch.randn_like(g))
                         if row.inplace:
                             getattr(activations, name + "_")(x.detach().clone()[:])
+            # Softmax rows of every path (registers, staged in one block and in a cluster, two passes), rows off
+            # the 16-byte grid (odd lengths) and operands whose grids differ (the offset view).
+            for n, rows in ((7, 3), (1025, 3), (8193, 2), (50257, 2), (393217, 2), (1048577, 1)):
+                for offset in (0, 1):
+                    x = torch.randn(rows * n + offset, device="cuda", dtype=dtype)[offset:].view(rows, n)
+                    for name in activations.REDUCTIONS:
+                        y = getattr(activations, name)(x.requires_grad_(), -1)
+                        torch.autograd.grad(y, x, torch.randn_like(y))
         torch.cuda.synchronize()
         print("sanitized")
     """)

@@ -8,11 +8,10 @@ using namespace softmax_cuda;
 
 int64_t cuda_softmax_workspace_bytes(bool backward, DType dtype, SoftmaxShape shape, const void* a, const void* b,
                                      const void* out) {
-  const bool aligned = aligned16(a) && (b == nullptr || aligned16(b)) && aligned16(out);
   int64_t bytes = 0;
   with_storage_type(dtype, [&](auto storage) -> const char* {
     using S = decltype(storage);
-    bytes = backward ? softmax_workspace<S, true>(shape, aligned) : softmax_workspace<S, false>(shape, aligned);
+    bytes = backward ? softmax_workspace<S, true>(shape, a, b, out) : softmax_workspace<S, false>(shape, a, b, out);
     return nullptr;
   });
   return bytes;

@@ -1,15 +1,17 @@
 // CUDA softmax and log_softmax, forward and backward (softmax.h): the kernels, included only by the generated
 // units softmax_<type>_<direction>.cu, so that nvcc compiles them side by side (softmax_launch.cuh). Pure CUDA.
 //
-// Rows (inner == 1) take one of two paths, by length:
-// - In registers: each row is read once into the registers of a warp, a block, or (sm_90+) a thread-block
-//   cluster of up to 8 blocks of 1024 threads, whose blocks exchange the row's max and sum through distributed
-//   shared memory. One read and one write per element (a backward: see regs_backward). Rows up to 32 x 32
-//   elements per warp, 1024 x 48 per block (float32: 48 registers of data a thread), 8 x that per cluster
-//   (393216: KernelBench's row).
-//   Clusters serve the backward only: for the forward the two-pass path below ran faster (see plan_rows).
-// - Longer rows (or rows past one block without clusters): two passes. Blocks reduce parts of a row to partial
-//   (max, sum) pairs in a workspace, then each block combines its row's pairs and writes its part, reading it again.
+// Rows (inner == 1) take one of three paths, by length (plan_rows):
+// - In registers: rows of up to 8192 elements are read once into the registers of a warp or a block (up to 256
+//   threads x 32 elements). One read and one write per element (a backward: see regs_backward).
+// - Staged in shared memory: longer rows, up to 16 blocks' parts of 112 KB (float32: 458K elements), are read
+//   once into the shared memory of a thread-block cluster (sm_90+; one block without clusters), whose blocks
+//   exchange the row's max and sum through distributed shared memory. One read and one write per element; the
+//   other passes over the row read shared memory.
+// - Longer rows (and 16-bit forwards past 2 blocks, float64 rows, rows past one block without clusters): two
+//   passes. Blocks reduce parts of a row to partial (max, sum) pairs in a workspace, then each block combines its
+//   row's pairs and writes its part, reading it again.
+// A row need not start on a 16-byte boundary (one of 50257 floats does not): see load_vec.
 // Columns (inner > 1): one thread per column, an online (max, compensated sum) pass, then the writing pass.
 //
 // All math is in float (double for float64); 16-bit results are rounded once. A row with a NaN or +inf gives
@@ -28,6 +30,7 @@
 #include <string.h>
 
 #include <algorithm>
+#include <iterator>
 #include <type_traits>
 
 #include "softmax_launch.cuh"
@@ -87,6 +90,93 @@ template <class S, int V>
 struct alignas(sizeof(S) * V) Vec {
   S v[V];
 };
+
+// Rows are read and written in V-wide vectors on the 16-byte grid. Where every row starts on it (n a multiple of V,
+// the first row at a 16-byte boundary), kEdges is false and a vector is whole or past the row's end. Otherwise
+// (rows of an odd length) a row's element 0 sits at position `shift` of its first vector: position p of the grid,
+// counted from the row's first vector, holds element p - shift, and the row spans positions [0, n + shift). Every
+// operand of a call has the same address mod 16 (the host checks), so all share the row's shift. A vector that
+// holds elements outside the row (the row's first and last) is then read and written element by element: no byte
+// outside the row is touched. The edge code costs time where it is compiled in, hence the two variants.
+template <class S, int V, bool kEdges>
+__device__ __forceinline__ int row_shift(const S* row) {
+  if constexpr (!kEdges) return 0;
+  return static_cast<int>((reinterpret_cast<uintptr_t>(row) / sizeof(S)) % V);
+}
+
+// A 16-byte vector's bits as four words.
+__device__ __forceinline__ unsigned bits_of(float a) { return __float_as_uint(a); }
+__device__ __forceinline__ unsigned bits_of(__half lo, __half hi) {
+  return static_cast<unsigned>(__half_as_ushort(lo)) | static_cast<unsigned>(__half_as_ushort(hi)) << 16;
+}
+__device__ __forceinline__ unsigned bits_of(__nv_bfloat16 lo, __nv_bfloat16 hi) {
+  return static_cast<unsigned>(__bfloat16_as_ushort(lo)) | static_cast<unsigned>(__bfloat16_as_ushort(hi)) << 16;
+}
+template <class S, int V>
+__device__ __forceinline__ uint4 words_of(const Vec<S, V>& v) {
+  if constexpr (sizeof(S) == 8) {
+    const auto lo = [](double d) { return static_cast<unsigned>(__double_as_longlong(d)); };
+    const auto hi = [](double d) { return static_cast<unsigned>(static_cast<uint64_t>(__double_as_longlong(d)) >> 32); };
+    return make_uint4(lo(v.v[0]), hi(v.v[0]), lo(v.v[1]), hi(v.v[1]));
+  } else if constexpr (sizeof(S) == 4) {
+    return make_uint4(bits_of(v.v[0]), bits_of(v.v[1]), bits_of(v.v[2]), bits_of(v.v[3]));
+  } else {
+    return make_uint4(bits_of(v.v[0], v.v[1]), bits_of(v.v[2], v.v[3]), bits_of(v.v[4], v.v[5]), bits_of(v.v[6], v.v[7]));
+  }
+}
+
+// One whole vector from global memory (through the read-only cache) and to it. A 16-byte store is written in PTX:
+// written in C++, nvcc split it into element stores where the same values were also stored element by element
+// (store_vec's edge path, the cluster kernels' stores), and 16-bit rows ran at half speed.
+template <class S, int V>
+__device__ __forceinline__ Vec<S, V> load_whole(const S* p) {
+  if constexpr (sizeof(Vec<S, V>) == 16) {
+    const uint4 w = __ldg(reinterpret_cast<const uint4*>(p));
+    Vec<S, V> v;
+    memcpy(&v, &w, sizeof v);
+    return v;
+  } else {
+    return *reinterpret_cast<const Vec<S, V>*>(p);
+  }
+}
+
+template <class S, int V>
+__device__ __forceinline__ void store_whole(S* p, const Vec<S, V>& v) {
+  if constexpr (sizeof(Vec<S, V>) == 16) {
+    const uint4 w = words_of(v);
+    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w));
+  } else {
+    *reinterpret_cast<Vec<S, V>*>(p) = v;
+  }
+}
+
+// The vector at grid position p (a multiple of V) of a row; `fill` where it holds no element of the row.
+template <class S, int V, bool kEdges>
+__device__ __forceinline__ Vec<S, V> load_vec(const S* row, int64_t n, int shift, int64_t p, S fill) {
+  const int64_t i = p - shift;
+  if (kEdges ? i >= 0 && i + V <= n : i < n) return load_whole<S, V>(row + i);
+  Vec<S, V> v;
+#pragma unroll
+  for (int k = 0; k < V; ++k) v.v[k] = (kEdges && i + k >= 0 && i + k < n) ? row[i + k] : fill;
+  return v;
+}
+
+// Writes the row's elements of the vector at grid position p, element k being value(k) (in the compute type).
+template <class S, int V, bool kEdges, class Value>
+__device__ __forceinline__ void store_vec(S* row, int64_t n, int shift, int64_t p, Value value) {
+  using N = Num<S>;
+  const int64_t i = p - shift;
+  if (kEdges ? i >= 0 && i + V <= n : i < n) {
+    Vec<S, V> v;
+#pragma unroll
+    for (int k = 0; k < V; ++k) v.v[k] = N::store(value(k));
+    store_whole<S, V>(row + i, v);
+  } else if constexpr (kEdges) {
+#pragma unroll
+    for (int k = 0; k < V; ++k)
+      if (i + k >= 0 && i + k < n) row[i + k] = N::store(value(k));
+  }
+}
 
 template <int kWidth, class C, class Op>
 __device__ __forceinline__ C warp_reduce(C v, Op op) {
@@ -167,11 +257,13 @@ __device__ __forceinline__ void cluster_position(unsigned& rank, unsigned& block
 __host__ __device__ constexpr int block_threads(int row_threads) { return row_threads < 256 ? 256 : row_threads; }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Rows in registers. A row is held by kRowThreads threads (x its cluster's blocks), E elements each, in V-wide
-// vectors: thread `lane` of block `rank` holds elements rank * kRowThreads * E + (j * kRowThreads + lane) * V + k.
-// Padding past the row's end reads as -inf (forward) or 0 (backward) and is never written.
+// Rows in registers. A row is held by kRowThreads threads, E elements each, in V-wide vectors: thread `lane`
+// holds elements (j * kRowThreads + lane) * V + k. Positions past the row's end read as -inf (forward) or 0
+// (backward) and are never written. Every row starts on the 16-byte grid (n a multiple of V, the first row on it)
+// or V is 1. Plain C++ loads and stores, not load_vec's: with them these short rows ran up to 1.12x slower
+// (H100, 262144 x 1024 float32: 0.80 ms against 0.73).
 
-template <class S, int V, int E, int kRowThreads, bool kCluster>
+template <class S, int V, int E, int kRowThreads>
 __global__ void __launch_bounds__(block_threads(kRowThreads))
     regs_forward(const S* __restrict__ x, S* __restrict__ y, int64_t rows, int64_t n, bool log) {
   using N = Num<S>;
@@ -179,17 +271,14 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
   constexpr int kRowsPerBlock = block_threads(kRowThreads) / kRowThreads;
   __shared__ C scratch[32];
   __shared__ C slots[4];
-  unsigned rank, blocks_per_row;
-  cluster_position<kCluster>(rank, blocks_per_row);
-  const int64_t row = static_cast<int64_t>(blockIdx.x / blocks_per_row) * kRowsPerBlock + threadIdx.x / kRowThreads;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kRowThreads;
   const int lane = threadIdx.x % kRowThreads;
   const bool in_rows = row < rows;
-  const int64_t base = static_cast<int64_t>(rank) * kRowThreads * E;
   const S* xr = x + (in_rows ? row : 0) * n;
   C v[E];
 #pragma unroll
   for (int j = 0; j < E / V; ++j) {
-    const int64_t i = base + (static_cast<int64_t>(j) * kRowThreads + lane) * V;
+    const int64_t i = (static_cast<int64_t>(j) * kRowThreads + lane) * V;
     if (in_rows && i < n) {  // n is a multiple of V
       const Vec<S, V> p = *reinterpret_cast<const Vec<S, V>*>(xr + i);
 #pragma unroll
@@ -202,7 +291,7 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
   C m = v[0];
 #pragma unroll
   for (int e = 1; e < E; ++e) m = max_nan(m, v[e]);
-  m = RowReduce<kRowThreads, kCluster>::run(m, Max{}, scratch, &slots[0], &slots[1]);
+  m = RowReduce<kRowThreads, false>::run(m, Max{}, scratch, &slots[0], &slots[1]);
   C s = 0;
   if (log) {
 #pragma unroll
@@ -214,12 +303,12 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
       s += v[e];
     }
   }
-  s = RowReduce<kRowThreads, kCluster>::run(s, Sum{}, scratch, &slots[2], &slots[3]);
+  s = RowReduce<kRowThreads, false>::run(s, Sum{}, scratch, &slots[2], &slots[3]);
   const C log_s = log ? log_(s) : C(0);
   S* yr = y + (in_rows ? row : 0) * n;
 #pragma unroll
   for (int j = 0; j < E / V; ++j) {
-    const int64_t i = base + (static_cast<int64_t>(j) * kRowThreads + lane) * V;
+    const int64_t i = (static_cast<int64_t>(j) * kRowThreads + lane) * V;
     if (in_rows && i < n) {
       Vec<S, V> p;
 #pragma unroll
@@ -227,14 +316,13 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
       *reinterpret_cast<Vec<S, V>*>(yr + i) = p;
     }
   }
-  if constexpr (kCluster) cluster_exit_sync();
 }
 
 // The backward keeps one operand per element in registers, the one its second pass needs with the other: softmax
 // keeps y and reads g again (grad_in = y * (g - sum(g y))); log_softmax, whose sum needs g alone, keeps g and
 // reads y in the second pass only (grad_in = g - exp(y) sum(g)): one read of each. A second read of a short row
 // comes from the L1 or L2 cache.
-template <class S, int V, int E, int kRowThreads, bool kCluster>
+template <class S, int V, int E, int kRowThreads>
 __global__ void __launch_bounds__(block_threads(kRowThreads))
     regs_backward(const S* __restrict__ g, const S* __restrict__ y, S* __restrict__ gi, int64_t rows, int64_t n,
                   bool log) {
@@ -243,18 +331,15 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
   constexpr int kRowsPerBlock = block_threads(kRowThreads) / kRowThreads;
   __shared__ C scratch[32];
   __shared__ C slots[2];
-  unsigned rank, blocks_per_row;
-  cluster_position<kCluster>(rank, blocks_per_row);
-  const int64_t row = static_cast<int64_t>(blockIdx.x / blocks_per_row) * kRowsPerBlock + threadIdx.x / kRowThreads;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kRowThreads;
   const int lane = threadIdx.x % kRowThreads;
   const bool in_rows = row < rows;
-  const int64_t base = static_cast<int64_t>(rank) * kRowThreads * E;
   const int64_t offset = (in_rows ? row : 0) * n;
   C keep[E];
   C d = 0;
 #pragma unroll
   for (int j = 0; j < E / V; ++j) {
-    const int64_t i = base + (static_cast<int64_t>(j) * kRowThreads + lane) * V;
+    const int64_t i = (static_cast<int64_t>(j) * kRowThreads + lane) * V;
     if (in_rows && i < n) {
       const Vec<S, V> pg = *reinterpret_cast<const Vec<S, V>*>(g + offset + i);
       if (log) {
@@ -276,11 +361,11 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
       for (int k = 0; k < V; ++k) keep[j * V + k] = 0;
     }
   }
-  d = RowReduce<kRowThreads, kCluster>::run(d, Sum{}, scratch, &slots[0], &slots[1]);
+  d = RowReduce<kRowThreads, false>::run(d, Sum{}, scratch, &slots[0], &slots[1]);
   const S* other = log ? y : g;
 #pragma unroll
   for (int j = 0; j < E / V; ++j) {
-    const int64_t i = base + (static_cast<int64_t>(j) * kRowThreads + lane) * V;
+    const int64_t i = (static_cast<int64_t>(j) * kRowThreads + lane) * V;
     if (in_rows && i < n) {
       const Vec<S, V> po = *reinterpret_cast<const Vec<S, V>*>(other + offset + i);
       Vec<S, V> p;
@@ -292,11 +377,140 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
       *reinterpret_cast<Vec<S, V>*>(gi + offset + i) = p;
     }
   }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
+// Rows staged in shared memory. Block `rank` of a row's cluster (the only block without clusters) holds grid
+// positions [rank * part, (rank + 1) * part) of the row (see load_vec; `part` a multiple of V) in its dynamic
+// shared memory: the first pass reads them from global memory, kStagedUnroll vectors in flight a thread, the passes
+// after it read shared memory. With at most kStagedBytes a block, two blocks share an SM, so one's reductions and
+// shared-memory passes overlap the other's reads and writes.
+
+constexpr int kStagedThreads = 512;
+constexpr int kStagedUnroll = 4;
+constexpr int64_t kStagedBytes = 112 * 1024;  // two blocks in an H100 SM's 228 KB, with 1 KB reserved for each
+
+template <class S, int V>
+__device__ __forceinline__ Vec<S, V>* staged_vectors() {
+  extern __shared__ __align__(16) unsigned char staged_memory[];
+  return reinterpret_cast<Vec<S, V>*>(staged_memory);
+}
+
+template <class S, int V, bool kEdges, bool kCluster>
+__global__ void __launch_bounds__(kStagedThreads, 2)
+    staged_forward(const S* __restrict__ x, S* __restrict__ y, int64_t n, int64_t part, bool log) {
+  using N = Num<S>;
+  using C = typename N::C;
+  constexpr int64_t kStride = static_cast<int64_t>(kStagedThreads) * V;
+  __shared__ C scratch[32];
+  __shared__ C slots[4];
+  Vec<S, V>* stage = staged_vectors<S, V>();
+  unsigned rank, blocks_per_row;
+  cluster_position<kCluster>(rank, blocks_per_row);
+  const int64_t row = blockIdx.x / blocks_per_row;
+  const S* xr = x + row * n;
+  const int shift = row_shift<S, V, kEdges>(xr);
+  const int64_t begin = rank * part, end = min(n + shift, begin + part);
+  const S fill = N::store(-INFINITY);
+  C m = -INFINITY;
+  for (int64_t first = begin + threadIdx.x * V; first < end; first += kStagedUnroll * kStride) {
+    Vec<S, V> q[kStagedUnroll];
+#pragma unroll
+    for (int u = 0; u < kStagedUnroll; ++u)
+      if (first + u * kStride < end) q[u] = load_vec<S, V, kEdges>(xr, n, shift, first + u * kStride, fill);
+#pragma unroll
+    for (int u = 0; u < kStagedUnroll; ++u) {
+      if (first + u * kStride < end) {
+        stage[(first + u * kStride - begin) / V] = q[u];
+#pragma unroll
+        for (int k = 0; k < V; ++k) m = max_nan(m, N::load(q[u].v[k]));
+      }
+    }
+  }
+  m = RowReduce<kStagedThreads, kCluster>::run(m, Max{}, scratch, &slots[0], &slots[1]);
+  const int64_t count = (end - begin + V - 1) / V;  // vectors staged (none where the part lies past the row)
+  C s = 0;
+  for (int64_t j = threadIdx.x; j < count; j += kStagedThreads) {
+    const Vec<S, V> q = stage[j];
+#pragma unroll
+    for (int k = 0; k < V; ++k) s += exp_(N::load(q.v[k]) - m);  // -inf fill: exp gives 0
+  }
+  s = RowReduce<kStagedThreads, kCluster>::run(s, Sum{}, scratch, &slots[2], &slots[3]);
+  const C log_s = log ? log_(s) : C(0);
+  S* yr = y + row * n;
+  for (int64_t j = threadIdx.x; j < count; j += kStagedThreads) {
+    const Vec<S, V> q = stage[j];
+    store_vec<S, V, kEdges>(yr, n, shift, begin + j * V, [&](int k) {
+      const C v = N::load(q.v[k]);
+      return log ? (v - m) - log_s : exp_(v - m) / s;
+    });
+  }
+  if constexpr (kCluster) cluster_exit_sync();
+}
+
+// As regs_backward: softmax stages y and reads g again in the second pass (from L2: the cluster's parts of g
+// were read just before), log_softmax stages g and reads y in the second pass only.
+template <class S, int V, bool kEdges, bool kCluster>
+__global__ void __launch_bounds__(kStagedThreads, 2)
+    staged_backward(const S* __restrict__ g, const S* __restrict__ y, S* __restrict__ gi, int64_t n, int64_t part,
+                    bool log) {
+  using N = Num<S>;
+  using C = typename N::C;
+  constexpr int64_t kStride = static_cast<int64_t>(kStagedThreads) * V;
+  constexpr int kUnroll = kStagedUnroll / 2;  // two operands: as many loads in flight as the forward, in 64 registers
+  __shared__ C scratch[32];
+  __shared__ C slots[2];
+  Vec<S, V>* stage = staged_vectors<S, V>();
+  unsigned rank, blocks_per_row;
+  cluster_position<kCluster>(rank, blocks_per_row);
+  const int64_t offset = static_cast<int64_t>(blockIdx.x / blocks_per_row) * n;
+  const int shift = row_shift<S, V, kEdges>(g + offset);
+  const int64_t begin = rank * part, end = min(n + shift, begin + part);
+  const S zero = N::store(C(0));
+  C d = 0;
+  for (int64_t first = begin + threadIdx.x * V; first < end; first += kUnroll * kStride) {
+    Vec<S, V> qg[kUnroll], qy[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (first + u * kStride < end) {
+        qg[u] = load_vec<S, V, kEdges>(g + offset, n, shift, first + u * kStride, zero);
+        if (!log) qy[u] = load_vec<S, V, kEdges>(y + offset, n, shift, first + u * kStride, zero);
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      if (first + u * kStride < end) {
+        stage[(first + u * kStride - begin) / V] = log ? qg[u] : qy[u];
+#pragma unroll
+        for (int k = 0; k < V; ++k) d += log ? N::load(qg[u].v[k]) : N::load(qg[u].v[k]) * N::load(qy[u].v[k]);
+      }
+    }
+  }
+  d = RowReduce<kStagedThreads, kCluster>::run(d, Sum{}, scratch, &slots[0], &slots[1]);
+  const S* other = (log ? y : g) + offset;
+  for (int64_t first = begin + threadIdx.x * V; first < end; first += kUnroll * kStride) {
+    Vec<S, V> qo[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (first + u * kStride < end) qo[u] = load_vec<S, V, kEdges>(other, n, shift, first + u * kStride, zero);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u) {
+      const int64_t p = first + u * kStride;
+      if (p < end) {
+        const Vec<S, V> kept = stage[(p - begin) / V];
+        store_vec<S, V, kEdges>(gi + offset, n, shift, p, [&](int k) {
+          const C o = N::load(qo[u].v[k]), kv = N::load(kept.v[k]);
+          return log ? kv - exp_(o) * d : kv * (o - d);
+        });
+      }
+    }
+  }
   if constexpr (kCluster) cluster_exit_sync();
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Long rows: block b works on part b % parts of row b / parts, `chunk` elements (a multiple of V).
+// Long rows: block b works on part b % parts of row b / parts, grid positions [part * chunk, (part + 1) * chunk)
+// (see load_vec; `chunk` a multiple of V).
 
 constexpr int kSplitThreads = 512;
 
@@ -322,29 +536,31 @@ __device__ __forceinline__ void block_merge(C& m, C& s, C* scratch) {
   m = big;
 }
 
-template <class S, int V>
+template <class S, int V, bool kEdges>
 __global__ void __launch_bounds__(kSplitThreads)
     split_forward_partial(const S* __restrict__ x, int64_t n, int64_t chunk, int64_t parts, typename Num<S>::C* __restrict__ work) {
   using N = Num<S>;
   using C = typename N::C;
   __shared__ C scratch[32];
-  const int64_t row = blockIdx.x / parts, part = blockIdx.x % parts, begin = part * chunk, end = min(n, begin + chunk);
+  const int64_t row = blockIdx.x / parts, part = blockIdx.x % parts;
   const S* xr = x + row * n;
+  const int shift = row_shift<S, V, kEdges>(xr);
+  const int64_t begin = part * chunk, end = min(n + shift, begin + chunk);
+  const S fill = N::store(-INFINITY);
   C m = -INFINITY, s = 0;
   constexpr int kUnroll = 4;  // loads in flight per thread
-  for (int64_t first = begin + threadIdx.x * V; first < end; first += kUnroll * kSplitThreads * V) {
-    Vec<S, V> p[kUnroll];
+  constexpr int64_t kStride = static_cast<int64_t>(kSplitThreads) * V;
+  for (int64_t first = begin + threadIdx.x * V; first < end; first += kUnroll * kStride) {
+    Vec<S, V> q[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (first + u * kStride < end) q[u] = load_vec<S, V, kEdges>(xr, n, shift, first + u * kStride, fill);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u) {
-      const int64_t i = first + static_cast<int64_t>(u) * kSplitThreads * V;
-      if (i < end) p[u] = *reinterpret_cast<const Vec<S, V>*>(xr + i);
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (first + static_cast<int64_t>(u) * kSplitThreads * V < end) {
+      if (first + u * kStride < end) {
         C v[V];
 #pragma unroll
-        for (int k = 0; k < V; ++k) v[k] = N::load(p[u].v[k]);
+        for (int k = 0; k < V; ++k) v[k] = N::load(q[u].v[k]);
         online_add(m, s, v, V);
       }
     }
@@ -356,14 +572,14 @@ __global__ void __launch_bounds__(kSplitThreads)
   }
 }
 
-template <class S, int V>
+template <class S, int V, bool kEdges>
 __global__ void __launch_bounds__(kSplitThreads)
     split_forward_apply(const S* __restrict__ x, S* __restrict__ y, int64_t n, int64_t chunk, int64_t parts,
                         const typename Num<S>::C* __restrict__ work, bool log) {
   using N = Num<S>;
   using C = typename N::C;
   __shared__ C scratch[32];
-  const int64_t row = blockIdx.x / parts, part = blockIdx.x % parts, begin = part * chunk, end = min(n, begin + chunk);
+  const int64_t row = blockIdx.x / parts, part = blockIdx.x % parts;
   C m = -INFINITY, s = 0;
   if (threadIdx.x < parts) {
     m = work[(row * parts + threadIdx.x) * 2];
@@ -373,19 +589,18 @@ __global__ void __launch_bounds__(kSplitThreads)
   const C log_s = log ? log_(s) : C(0);
   const S* xr = x + row * n;
   S* yr = y + row * n;
-  for (int64_t i = begin + threadIdx.x * V; i < end; i += kSplitThreads * V) {
-    const Vec<S, V> p = *reinterpret_cast<const Vec<S, V>*>(xr + i);
-    Vec<S, V> q;
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const C v = N::load(p.v[k]);
-      q.v[k] = N::store(log ? (v - m) - log_s : exp_(v - m) / s);
-    }
-    *reinterpret_cast<Vec<S, V>*>(yr + i) = q;
+  const int shift = row_shift<S, V, kEdges>(xr);
+  const int64_t begin = part * chunk, end = min(n + shift, begin + chunk);
+  for (int64_t p = begin + threadIdx.x * V; p < end; p += kSplitThreads * V) {
+    const Vec<S, V> q = load_vec<S, V, kEdges>(xr, n, shift, p, N::store(C(0)));
+    store_vec<S, V, kEdges>(yr, n, shift, p, [&](int k) {
+      const C v = N::load(q.v[k]);
+      return log ? (v - m) - log_s : exp_(v - m) / s;
+    });
   }
 }
 
-template <class S, int V>
+template <class S, int V, bool kEdges>
 __global__ void __launch_bounds__(kSplitThreads)
     split_backward_partial(const S* __restrict__ g, const S* __restrict__ y, int64_t n, int64_t chunk, int64_t parts,
                            bool log,
@@ -393,15 +608,18 @@ __global__ void __launch_bounds__(kSplitThreads)
   using N = Num<S>;
   using C = typename N::C;
   __shared__ C scratch[32];
-  const int64_t row = blockIdx.x / parts, part = blockIdx.x % parts, begin = part * chunk, end = min(n, begin + chunk);
+  const int64_t row = blockIdx.x / parts, part = blockIdx.x % parts, offset = row * n;
+  const int shift = row_shift<S, V, kEdges>(g + offset);
+  const int64_t begin = part * chunk, end = min(n + shift, begin + chunk);
+  const S zero = N::store(C(0));
   C d = 0;
-  for (int64_t i = begin + threadIdx.x * V; i < end; i += kSplitThreads * V) {
-    const Vec<S, V> pg = *reinterpret_cast<const Vec<S, V>*>(g + row * n + i);
+  for (int64_t p = begin + threadIdx.x * V; p < end; p += kSplitThreads * V) {
+    const Vec<S, V> pg = load_vec<S, V, kEdges>(g + offset, n, shift, p, zero);
     if (log) {
 #pragma unroll
       for (int k = 0; k < V; ++k) d += N::load(pg.v[k]);
     } else {
-      const Vec<S, V> py = *reinterpret_cast<const Vec<S, V>*>(y + row * n + i);
+      const Vec<S, V> py = load_vec<S, V, kEdges>(y + offset, n, shift, p, zero);
 #pragma unroll
       for (int k = 0; k < V; ++k) d += N::load(pg.v[k]) * N::load(py.v[k]);
     }
@@ -410,26 +628,26 @@ __global__ void __launch_bounds__(kSplitThreads)
   if (threadIdx.x == 0) work[row * parts + part] = d;
 }
 
-template <class S, int V>
+template <class S, int V, bool kEdges>
 __global__ void __launch_bounds__(kSplitThreads)
     split_backward_apply(const S* __restrict__ g, const S* __restrict__ y, S* __restrict__ gi, int64_t n,
                          int64_t chunk, int64_t parts, const typename Num<S>::C* __restrict__ work, bool log) {
   using N = Num<S>;
   using C = typename N::C;
   __shared__ C scratch[32];
-  const int64_t row = blockIdx.x / parts, part = blockIdx.x % parts, begin = part * chunk, end = min(n, begin + chunk);
+  const int64_t row = blockIdx.x / parts, part = blockIdx.x % parts, offset = row * n;
   C d = threadIdx.x < parts ? work[row * parts + threadIdx.x] : C(0);
   d = block_reduce<kSplitThreads>(d, Sum{}, scratch);
-  for (int64_t i = begin + threadIdx.x * V; i < end; i += kSplitThreads * V) {
-    const Vec<S, V> pg = *reinterpret_cast<const Vec<S, V>*>(g + row * n + i);
-    const Vec<S, V> py = *reinterpret_cast<const Vec<S, V>*>(y + row * n + i);
-    Vec<S, V> q;
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
+  const int shift = row_shift<S, V, kEdges>(g + offset);
+  const int64_t begin = part * chunk, end = min(n + shift, begin + chunk);
+  const S zero = N::store(C(0));
+  for (int64_t p = begin + threadIdx.x * V; p < end; p += kSplitThreads * V) {
+    const Vec<S, V> pg = load_vec<S, V, kEdges>(g + offset, n, shift, p, zero);
+    const Vec<S, V> py = load_vec<S, V, kEdges>(y + offset, n, shift, p, zero);
+    store_vec<S, V, kEdges>(gi + offset, n, shift, p, [&](int k) {
       const C gk = N::load(pg.v[k]), yk = N::load(py.v[k]);
-      q.v[k] = N::store(log ? gk - exp_(yk) * d : yk * (gk - d));
-    }
-    *reinterpret_cast<Vec<S, V>*>(gi + row * n + i) = q;
+      return log ? gk - exp_(yk) * d : yk * (gk - d);
+    });
   }
 }
 
@@ -496,7 +714,7 @@ __global__ void __launch_bounds__(kColumnThreads)
 // Host side: choosing a path and launching it.
 
 struct DeviceInfo {
-  int major = 0, sms = 1;
+  int major = 0, sms = 1, shared_per_block = 48 * 1024;  // shared memory a block may opt in to
 };
 
 inline DeviceInfo device_info() {
@@ -508,84 +726,126 @@ inline DeviceInfo device_info() {
   if (!known[device]) {
     cudaDeviceGetAttribute(&cache[device].major, cudaDevAttrComputeCapabilityMajor, device);
     cudaDeviceGetAttribute(&cache[device].sms, cudaDevAttrMultiProcessorCount, device);
+    cudaDeviceGetAttribute(&cache[device].shared_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
     known[device] = true;
   }
   return cache[device];
 }
 
-// The register configurations (forward and backward): threads per row and elements per thread. Blocks of 1024
-// threads may form clusters of 2 to 8.
+// The register configurations (forward and backward): threads per row and elements per thread, rows of up to
+// 8192 elements. Longer rows are staged: on the H100 that ran the forward faster than 1024-thread blocks of
+// registers (16384 x 16384 float32: 0.74 ms against 1.15 in 1024 x 16, timed with register kernels up to 12 %
+// slower than these) and than clusters of them (4096 x 393216 float32: 6.1 ms in 16 staged blocks against 7.7 in
+// 8 x 1024 x 48); the backward at 393216 runs 3-7 % slower staged than it did in those clusters (softmax float32:
+// 8.9 ms against 8.3), a loss taken for one path fewer.
 struct RegConfig {
   int threads, elements;
 };
-constexpr RegConfig kConfigs[] = {{32, 8}, {32, 32}, {256, 32}, {1024, 16}, {1024, 48}};
-constexpr int kMaxCluster = 8;
+constexpr RegConfig kConfigs[] = {{32, 8}, {32, 32}, {256, 32}};
+constexpr int kMaxCluster = 8;          // the portable cluster size
+constexpr int kMaxHopperCluster = 16;   // Hopper's largest (non-portable: allow_staging opts in)
+constexpr int64_t kStaticShared = 1024;  // room left for a kernel's static shared memory
 
-// What a row-wise call runs: a register configuration (cluster > 1: a cluster of that many blocks), or the
-// two-pass split into `parts` parts of `chunk` elements.
+enum class Path { Registers, Staged, Split };
+
+// What a row-wise call runs: a register configuration or a staged part, in clusters of `cluster` blocks when
+// cluster > 1, or the two-pass split into `parts` parts of `chunk` grid positions; vectors `vec` wide.
 struct Plan {
-  bool split = false;
+  Path path = Path::Split;
   RegConfig config{0, 0};
   int cluster = 1;
+  int64_t part = 0;
   int64_t parts = 1, chunk = 0;
   int vec = 1;
+  bool edges = false;  // rows that do not start on the 16-byte grid (see load_vec); never on the register path
 };
 
+// The most blocks a 16-bit row's forward is staged in: past that the two passes ran faster on the H100 (4096 x
+// 131072 bfloat16: 1.25 ms against 1.40 staged in 3 blocks; 4096 x 393216: 3.67 against 3.99 in 8). Their
+// backward, and float32 both ways, ran faster staged (4096 x 393216 bfloat16 softmax backward: 5.19 ms in 8 blocks,
+// 5.39 in two passes).
+constexpr int kMaxStagedCluster16Forward = 2;
+
+// Cluster sizes a row is staged in by default: up to 8, then 16 (Hopper). With two blocks an SM, sizes between
+// (14 blocks: 7 SMs) leave SMs of a GPC idle: 4096 x 393216 float32 ran 6.54 ms in 14 blocks, 6.10 in 16.
+inline bool staged_cluster_size(int cluster) { return cluster <= kMaxCluster || cluster == kMaxHopperCluster; }
+
+// The grid positions each block of `cluster` holds when a row's `span` positions are staged: a multiple of vec.
+inline int64_t staged_part(int64_t span, int cluster, int vec) {
+  return ((span + cluster - 1) / cluster + vec - 1) / vec * vec;
+}
+
+// Whether the operands (b may be null) have the same address mod 16: then a row's 16-byte vectors line up in all
+// of them, wherever the row starts, and the kernels read and write whole vectors.
+inline bool vectors_line_up(const void* a, const void* b, const void* c) {
+  const auto residue = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16; };
+  return residue(a) == residue(c) && (b == nullptr || residue(b) == residue(a));
+}
+
+// The plan for a call over `rows` rows of n elements (forward: a = x, b null; backward: a = grad_out, b = output).
 template <class S>
-Plan plan_rows(bool backward, int64_t rows, int64_t n, bool aligned) {
+Plan plan_rows(bool backward, int64_t rows, int64_t n, const void* a, const void* b, const void* out) {
   Plan plan;
-  plan.vec = aligned && (n * static_cast<int64_t>(sizeof(S))) % 16 == 0 ? 16 / static_cast<int>(sizeof(S)) : 1;
   const DeviceInfo device = device_info();
-  // ACTIVATIONS_SOFTMAX_PLAN="threads,elements,cluster" (one of kConfigs) forces a register configuration where
-  // it fits, "split" the two-pass path: for timing the alternatives (tools/softmax_plans.py), not for use.
-  static const char* forced = getenv("ACTIVATIONS_SOFTMAX_PLAN");
+  const int64_t shared_limit = device.shared_per_block - kStaticShared;
+  const int max_cluster = device.major == 9 ? kMaxHopperCluster : device.major > 9 ? kMaxCluster : 1;
+  int64_t span = n;  // the grid positions a row covers (see load_vec)
+  const auto set_vec = [&](int vec) {
+    plan.vec = vec;
+    plan.edges = n % vec != 0 || reinterpret_cast<uintptr_t>(a) / sizeof(S) % vec != 0;
+    span = n + (plan.edges ? vec - 1 : 0);
+  };
+  set_vec(vectors_line_up(a, b, out) ? 16 / static_cast<int>(sizeof(S)) : 1);
+  const auto staged = [&](int cluster) {
+    plan.path = Path::Staged;
+    plan.cluster = cluster;
+    plan.part = staged_part(span, cluster, plan.vec);
+    return plan;
+  };
+  const auto fits_staged = [&](int cluster, int64_t limit) {
+    return rows * cluster <= 0x7fffffff && staged_part(span, cluster, plan.vec) * static_cast<int64_t>(sizeof(S)) <= limit;
+  };
+  const auto registers = [&](RegConfig config) {
+    plan.path = Path::Registers;
+    plan.config = config;
+    return plan;
+  };
+  // ACTIVATIONS_SOFTMAX_PLAN forces a path where it fits: "threads,elements" (one of kConfigs), "staged,C" (C
+  // blocks a row, up to the device's largest cluster and shared memory), or "split": for timing the alternatives
+  // (tools/softmax_plans.py), not for use. Read at every call, so that one process can time several.
+  const char* forced = getenv("ACTIVATIONS_SOFTMAX_PLAN");
   const bool force_split = forced != nullptr && strcmp(forced, "split") == 0;
   if (!std::is_same_v<S, double> && !force_split) {  // float64 (rarely fast-path material) takes the two-pass path
-    const auto& configs = kConfigs;
     int threads = 0, elements = 0, cluster = 0;
-    if (forced != nullptr && sscanf(forced, "%d,%d,%d", &threads, &elements, &cluster) == 3 &&
-        static_cast<int64_t>(threads) * elements * cluster >= n && cluster >= 1 && cluster <= kMaxCluster &&
-        (cluster == 1 || (threads == 1024 && device.major >= 9))) {
-      for (const RegConfig& c : configs) {
-        if (c.threads == threads && c.elements == elements) {
-          plan.config = c;
-          plan.cluster = cluster;
-          return plan;
-        }
-      }
+    if (forced != nullptr && sscanf(forced, "staged,%d", &cluster) == 1 && cluster >= 1 && cluster <= max_cluster &&
+        fits_staged(cluster, shared_limit))
+      return staged(cluster);
+    if (forced != nullptr && sscanf(forced, "%d,%d", &threads, &elements) == 2 && !plan.edges &&
+        static_cast<int64_t>(threads) * elements >= span) {
+      for (const RegConfig& c : kConfigs)
+        if (c.threads == threads && c.elements == elements) return registers(c);
     }
-    for (const RegConfig& c : configs) {
-      if (static_cast<int64_t>(c.threads) * c.elements >= n) {
-        plan.config = c;
-        return plan;
-      }
+    const RegConfig& largest = kConfigs[std::size(kConfigs) - 1];
+    if (n <= static_cast<int64_t>(largest.threads) * largest.elements) {
+      if (plan.edges) set_vec(1);  // the register path has no edge code: a row off the grid goes element-wide
+      for (const RegConfig& c : kConfigs)
+        if (static_cast<int64_t>(c.threads) * c.elements >= span) return registers(c);
     }
-    // Rows past one block: the forward takes the two-pass path, which ran faster on the H100 than a cluster of
-    // blocks (tools/softmax_plans.py, 4096 x 393216 float32: 6.64 ms against 7.70; 4096 x 131072 bfloat16: 1.27
-    // ms against 1.64), the backward a cluster (4096 x 393216 float32: 8.3 ms, 1.81x torch).
-    if (backward && device.major >= 9) {
-      for (int cluster = 2; cluster <= kMaxCluster; ++cluster) {
-        for (const RegConfig& c : configs) {
-          if (c.threads == 1024 && static_cast<int64_t>(c.threads) * c.elements * cluster >= n &&
-              rows * cluster <= 0x7fffffff) {
-            plan.config = c;
-            plan.cluster = cluster;
-            return plan;
-          }
-        }
-      }
-    }
+    // Longer rows: staged in the fewest blocks a row (a cluster on sm_90+) whose parts let two blocks share an SM.
+    const int most = sizeof(S) == 2 && !backward ? std::min(max_cluster, kMaxStagedCluster16Forward) : max_cluster;
+    for (int c = 1; c <= most; ++c)
+      if (staged_cluster_size(c) && fits_staged(c, std::min(kStagedBytes, shared_limit))) return staged(c);
   }
-  plan.split = true;
+  plan.path = Path::Split;
   const int64_t step = static_cast<int64_t>(kSplitThreads) * plan.vec;
   const int64_t min_chunk = step * 4;
   const int64_t wanted_parts = std::max<int64_t>(1, (4 * device.sms + rows - 1) / rows);
-  int64_t chunk = std::max(min_chunk, (n + wanted_parts - 1) / wanted_parts);
+  int64_t chunk = std::max(min_chunk, (span + wanted_parts - 1) / wanted_parts);
   chunk = (chunk + step - 1) / step * step;
-  int64_t parts = (n + chunk - 1) / chunk;
+  int64_t parts = (span + chunk - 1) / chunk;
   if (parts > kSplitThreads) {  // the apply pass combines one part per thread
-    chunk = ((n + kSplitThreads - 1) / kSplitThreads + step - 1) / step * step;
-    parts = (n + chunk - 1) / chunk;
+    chunk = ((span + kSplitThreads - 1) / kSplitThreads + step - 1) / step * step;
+    parts = (span + chunk - 1) / chunk;
   }
   plan.parts = parts;
   plan.chunk = chunk;
@@ -597,18 +857,20 @@ inline const char* last_error() {
   return error == cudaSuccess ? nullptr : cudaGetErrorString(error);
 }
 
-// Launches kernel over `blocks` blocks of `threads`, as clusters of `cluster` blocks when cluster > 1.
+// Launches kernel over `blocks` blocks of `threads` with `shared` bytes of dynamic shared memory, as clusters of
+// `cluster` blocks when cluster > 1.
 template <class... KernelArgs, class... Args>
-const char* launch(void (*kernel)(KernelArgs...), int64_t blocks, int threads, int cluster, cudaStream_t stream,
-                   Args... args) {
+const char* launch(void (*kernel)(KernelArgs...), int64_t blocks, int threads, int cluster, int64_t shared,
+                   cudaStream_t stream, Args... args) {
   if (blocks > 0x7fffffff) return "too many rows for one launch";
   if (cluster == 1) {
-    kernel<<<static_cast<unsigned>(blocks), threads, 0, stream>>>(args...);
+    kernel<<<static_cast<unsigned>(blocks), threads, static_cast<size_t>(shared), stream>>>(args...);
     return last_error();
   }
   cudaLaunchConfig_t config = {};
   config.gridDim = dim3(static_cast<unsigned>(blocks));
   config.blockDim = dim3(threads);
+  config.dynamicSmemBytes = static_cast<size_t>(shared);
   config.stream = stream;
   cudaLaunchAttribute attribute[1];
   attribute[0].id = cudaLaunchAttributeClusterDimension;
@@ -621,7 +883,7 @@ const char* launch(void (*kernel)(KernelArgs...), int64_t blocks, int threads, i
   return error == cudaSuccess ? last_error() : cudaGetErrorString(error);
 }
 
-// Calls fn(Kernel<S, V, E, T, kCluster>) for the plan's register configuration.
+// Calls fn(Kernel<S, V, E, T>) for the plan's register configuration.
 template <class S, int V, bool kBackward, class Fn>
 const char* with_reg_kernel(const Plan& plan, Fn&& fn) {
   const auto pick = [&](auto e, auto t) -> const char* {
@@ -629,15 +891,9 @@ const char* with_reg_kernel(const Plan& plan, Fn&& fn) {
     if constexpr (E % V != 0) {
       return "internal error: elements per thread not a multiple of the vector width";
     } else if constexpr (kBackward) {
-      if constexpr (T == 1024) {
-        if (plan.cluster > 1) return fn(regs_backward<S, V, E, T, true>);
-      }
-      return fn(regs_backward<S, V, E, T, false>);
+      return fn(regs_backward<S, V, E, T>);
     } else {
-      if constexpr (T == 1024) {
-        if (plan.cluster > 1) return fn(regs_forward<S, V, E, T, true>);
-      }
-      return fn(regs_forward<S, V, E, T, false>);
+      return fn(regs_forward<S, V, E, T>);
     }
   };
   using std::integral_constant;
@@ -647,17 +903,48 @@ const char* with_reg_kernel(const Plan& plan, Fn&& fn) {
   ACTIVATIONS_SOFTMAX_CONFIG(32, 8)
   ACTIVATIONS_SOFTMAX_CONFIG(32, 32)
   ACTIVATIONS_SOFTMAX_CONFIG(256, 32)
-  ACTIVATIONS_SOFTMAX_CONFIG(1024, 16)
-  ACTIVATIONS_SOFTMAX_CONFIG(1024, 48)
 #undef ACTIVATIONS_SOFTMAX_CONFIG
   return "internal error: unknown register configuration";
+}
+
+// Lets `kernel` take up to the device's most dynamic shared memory, with the L1 cache carved out to the least,
+// and (Hopper) clusters past the portable 8 blocks; once per device.
+template <class Kernel>
+const char* allow_staging(Kernel kernel, bool* done) {
+  int device = 0;
+  cudaGetDevice(&device);
+  if (device < 0 || device >= 64 || done[device]) return nullptr;
+  cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           device_info().shared_per_block - static_cast<int>(kStaticShared));
+  if (error == cudaSuccess)
+    error = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  if (error == cudaSuccess && device_info().major == 9)
+    error = cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+  if (error != cudaSuccess) return cudaGetErrorString(error);
+  done[device] = true;
+  return nullptr;
+}
+
+// Calls fn(kernel) with the staged kernel of the plan, ready to launch.
+template <class S, int V, bool kEdges, bool kBackward, bool kCluster, class Fn>
+const char* with_staged_kernel(Fn&& fn) {
+  static bool ready[64] = {};
+  const auto run = [&](auto kernel) -> const char* {
+    if (const char* error = allow_staging(kernel, ready)) return error;
+    return fn(kernel);
+  };
+  if constexpr (kBackward) {
+    return run(staged_backward<S, V, kEdges, kCluster>);
+  } else {
+    return run(staged_forward<S, V, kEdges, kCluster>);
+  }
 }
 
 // Runs a row-wise call (forward: a = x, b unused; backward: a = grad_out, b = output).
 template <class S, bool kBackward>
 const char* run_rows(bool log, int64_t rows, int64_t n, const void* a, const void* b, void* out, void* workspace,
                      cudaStream_t stream) {
-  const Plan plan = plan_rows<S>(kBackward, rows, n, aligned16(a) && (kBackward ? aligned16(b) : true) && aligned16(out));
+  const Plan plan = plan_rows<S>(kBackward, rows, n, a, kBackward ? b : nullptr, out);
   const S* pa = static_cast<const S*>(a);
   const S* pb = static_cast<const S*>(b);
   S* po = static_cast<S*>(out);
@@ -665,29 +952,59 @@ const char* run_rows(bool log, int64_t rows, int64_t n, const void* a, const voi
   const auto with_vec = [&](auto vec) -> const char* {
     constexpr int V = decltype(vec)::value;
     if constexpr (std::is_same_v<S, double>) {
-    } else if (!plan.split) {
+    } else if (plan.path == Path::Registers) {
       const int threads = block_threads(plan.config.threads);
       const int64_t rows_per_block = threads / plan.config.threads;
-      const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block * plan.cluster;
+      const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
       return with_reg_kernel<S, V, kBackward>(plan, [&](auto kernel) {
         if constexpr (kBackward) {
-          return launch(kernel, blocks, threads, plan.cluster, stream, pa, pb, po, rows, n, log);
+          return launch(kernel, blocks, threads, 1, 0, stream, pa, pb, po, rows, n, log);
         } else {
-          return launch(kernel, blocks, threads, plan.cluster, stream, pa, po, rows, n, log);
+          return launch(kernel, blocks, threads, 1, 0, stream, pa, po, rows, n, log);
         }
       });
+    } else if (plan.path == Path::Staged) {
+      const auto staged = [&](auto kernel) {
+        const int64_t shared = plan.part * static_cast<int64_t>(sizeof(S));
+        if constexpr (kBackward) {
+          return launch(kernel, rows * plan.cluster, kStagedThreads, plan.cluster, shared, stream, pa, pb, po, n,
+                        plan.part, log);
+        } else {
+          return launch(kernel, rows * plan.cluster, kStagedThreads, plan.cluster, shared, stream, pa, po, n,
+                        plan.part, log);
+        }
+      };
+      const auto by_cluster = [&](auto edges) {
+        constexpr bool kEdges = decltype(edges)::value;
+        if (plan.cluster > 1) return with_staged_kernel<S, V, kEdges, kBackward, true>(staged);
+        return with_staged_kernel<S, V, kEdges, kBackward, false>(staged);
+      };
+      if constexpr (V > 1) {
+        if (plan.edges) return by_cluster(std::true_type{});
+      }
+      return by_cluster(std::false_type{});
     }
     if (rows * plan.parts > 0x7fffffff) return "too many rows for one launch";
     const auto grid = static_cast<unsigned>(rows * plan.parts);
     C* work = static_cast<C*>(workspace);
-    if constexpr (kBackward) {
-      split_backward_partial<S, V><<<grid, kSplitThreads, 0, stream>>>(pa, pb, n, plan.chunk, plan.parts, log, work);
-      split_backward_apply<S, V><<<grid, kSplitThreads, 0, stream>>>(pa, pb, po, n, plan.chunk, plan.parts, work, log);
-    } else {
-      split_forward_partial<S, V><<<grid, kSplitThreads, 0, stream>>>(pa, n, plan.chunk, plan.parts, work);
-      split_forward_apply<S, V><<<grid, kSplitThreads, 0, stream>>>(pa, po, n, plan.chunk, plan.parts, work, log);
+    const auto split = [&](auto edges) {
+      constexpr bool kEdges = decltype(edges)::value;
+      if constexpr (kBackward) {
+        split_backward_partial<S, V, kEdges><<<grid, kSplitThreads, 0, stream>>>(pa, pb, n, plan.chunk, plan.parts,
+                                                                                   log, work);
+        split_backward_apply<S, V, kEdges><<<grid, kSplitThreads, 0, stream>>>(pa, pb, po, n, plan.chunk, plan.parts,
+                                                                                 work, log);
+      } else {
+        split_forward_partial<S, V, kEdges><<<grid, kSplitThreads, 0, stream>>>(pa, n, plan.chunk, plan.parts, work);
+        split_forward_apply<S, V, kEdges><<<grid, kSplitThreads, 0, stream>>>(pa, po, n, plan.chunk, plan.parts, work,
+                                                                                log);
+      }
+      return last_error();
+    };
+    if constexpr (V > 1) {
+      if (plan.edges) return split(std::true_type{});
     }
-    return last_error();
+    return split(std::false_type{});
   };
   constexpr int kWide = 16 / sizeof(S);
   if (plan.vec == kWide) return with_vec(std::integral_constant<int, kWide>{});
@@ -695,17 +1012,17 @@ const char* run_rows(bool log, int64_t rows, int64_t n, const void* a, const voi
 }
 
 template <class S>
-int64_t workspace_bytes(bool backward, SoftmaxShape shape, bool aligned) {
+int64_t workspace_bytes(bool backward, SoftmaxShape shape, const void* a, const void* b, const void* out) {
   if (shape.inner != 1 || shape.n == 0 || shape.outer == 0) return 0;
-  const Plan plan = plan_rows<S>(backward, shape.outer, shape.n, aligned);
-  return plan.split ? shape.outer * plan.parts * 2 * static_cast<int64_t>(sizeof(typename Num<S>::C)) : 0;
+  const Plan plan = plan_rows<S>(backward, shape.outer, shape.n, a, b, out);
+  return plan.path == Path::Split ? shape.outer * plan.parts * 2 * static_cast<int64_t>(sizeof(typename Num<S>::C)) : 0;
 }
 
 // One (storage type, direction)'s entry points, declared in softmax_launch.cuh; each generated unit
 // softmax_<type>_<direction>.cu instantiates one pair (ACTIVATIONS_SOFTMAX_INSTANTIATE).
 template <class S, bool kBackward>
-int64_t softmax_workspace(SoftmaxShape shape, bool aligned) {
-  return workspace_bytes<S>(kBackward, shape, aligned);
+int64_t softmax_workspace(SoftmaxShape shape, const void* a, const void* b, const void* out) {
+  return workspace_bytes<S>(kBackward, shape, a, b, out);
 }
 
 template <class S, bool kBackward>
@@ -726,7 +1043,7 @@ const char* softmax_run(bool log, SoftmaxShape shape, const void* a, const void*
 }
 
 #define ACTIVATIONS_SOFTMAX_INSTANTIATE(S, kBackward)                                                          \
-  template int64_t softmax_workspace<S, kBackward>(SoftmaxShape, bool);                                       \
+  template int64_t softmax_workspace<S, kBackward>(SoftmaxShape, const void*, const void*, const void*);     \
   template const char* softmax_run<S, kBackward>(bool, SoftmaxShape, const void*, const void*, void*, void*, void*);
 
 }  // namespace softmax_cuda

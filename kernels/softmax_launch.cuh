@@ -10,10 +10,10 @@
 namespace activations {
 namespace softmax_cuda {
 
+// Forward: a = x, b unused (null); backward: a = grad_out, b = output. The workspace a call over these operands needs.
 template <class S, bool kBackward>
-int64_t softmax_workspace(SoftmaxShape shape, bool aligned);
+int64_t softmax_workspace(SoftmaxShape shape, const void* a, const void* b, const void* out);
 
-// Forward: a = x, b unused; backward: a = grad_out, b = output.
 template <class S, bool kBackward>
 const char* softmax_run(bool log, SoftmaxShape shape, const void* a, const void* b, void* out, void* workspace,
                         void* stream);

@@ -1,8 +1,9 @@
-"""Times our softmax / log_softmax (forward or backward operator) at one shape under the CUDA path named by
-ACTIVATIONS_SOFTMAX_PLAN (see kernels/softmax.cu: "threads,elements,cluster" or "split"; unset: the default
-choice), beside torch's. One process per plan (the variable is read once):
+"""Times our softmax / log_softmax (forward or backward operator) at one shape under each CUDA path named, beside
+torch's. A path is a value of ACTIVATIONS_SOFTMAX_PLAN (kernels/softmax_kernels.cuh, plan_rows): "default" (the
+choice the code makes), "split", "staged,C" (C blocks a row) or "threads,elements,cluster"; a path that does not
+fit the shape falls back to the default choice.
 
-    for plan in "" split 1024,16,8; do ACTIVATIONS_SOFTMAX_PLAN=$plan python tools/softmax_plans.py 4096,131072 bfloat16 softmax forward; done
+    python tools/softmax_plans.py 4096,393216 float32 softmax forward default split staged,8 staged,16 1024,48,8
 """
 
 import os
@@ -30,6 +31,7 @@ def time_ms(fn, reps=15):
 def main():
     shape = tuple(int(v) for v in sys.argv[1].split(","))
     dtype, name, direction = getattr(torch, sys.argv[2]), sys.argv[3], sys.argv[4]
+    plans = sys.argv[5:] or ["default"]
     x = torch.randn(shape, device="cuda", dtype=dtype)
     y = activations.REDUCTIONS[name].torch_function(x, -1)
     g = torch.randn_like(x)
@@ -39,11 +41,17 @@ def main():
         aten = getattr(torch.ops.aten, f"_{name}_backward_data").default
         ours = lambda: getattr(torch.ops.activations, name + "_backward").default(g, y, -1)  # noqa: E731
         theirs = lambda: aten(g, y, -1, dtype)  # noqa: E731
-    torch.testing.assert_close(ours(), theirs(), atol=1e-2, rtol=1e-2)
-    ours_ms, torch_ms = time_ms(ours), time_ms(theirs)
-    plan = os.environ.get("ACTIVATIONS_SOFTMAX_PLAN") or "default"
-    print(f"{name} {direction} {'x'.join(map(str, shape))} {sys.argv[2]} plan {plan:<12} ours {ours_ms:7.3f} ms  "
-          f"torch {torch_ms:7.3f} ms  {torch_ms / ours_ms:5.2f}x", flush=True)
+    expected = theirs()
+    torch_ms = time_ms(theirs)
+    for plan in plans:
+        os.environ.pop("ACTIVATIONS_SOFTMAX_PLAN", None)
+        if plan != "default":
+            os.environ["ACTIVATIONS_SOFTMAX_PLAN"] = plan
+        torch.testing.assert_close(ours(), expected, atol=1e-2, rtol=1e-2)
+        ours_ms = time_ms(ours)
+        print(f"{name} {direction} {'x'.join(map(str, shape))} {sys.argv[2]} plan {plan:<12} ours {ours_ms:7.3f} ms  "
+              f"torch {torch_ms:7.3f} ms  {torch_ms / ours_ms:5.2f}x", flush=True)
+    os.environ.pop("ACTIVATIONS_SOFTMAX_PLAN", None)
 
 
 if __name__ == "__main__":
