@@ -178,6 +178,22 @@ __device__ __forceinline__ void store_vec(S* row, int64_t n, int shift, int64_t 
   }
 }
 
+// Visits this thread's vectors among grid positions [begin, end) of a row (thread t: begin + t V, then strides of
+// kThreads V): use(p, load(p)) for each, with kUnroll loads in flight before their uses.
+template <int kThreads, int V, int kUnroll, class Load, class Use>
+__device__ __forceinline__ void for_each_vector(int64_t begin, int64_t end, Load load, Use use) {
+  constexpr int64_t kStride = static_cast<int64_t>(kThreads) * V;
+  for (int64_t first = begin + threadIdx.x * V; first < end; first += kUnroll * kStride) {
+    decltype(load(first)) q[kUnroll];
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (first + u * kStride < end) q[u] = load(first + u * kStride);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u)
+      if (first + u * kStride < end) use(first + u * kStride, q[u]);
+  }
+}
+
 template <int kWidth, class C, class Op>
 __device__ __forceinline__ C warp_reduce(C v, Op op) {
 #pragma unroll
@@ -401,7 +417,6 @@ __global__ void __launch_bounds__(kStagedThreads, 2)
     staged_forward(const S* __restrict__ x, S* __restrict__ y, int64_t n, int64_t part, bool log) {
   using N = Num<S>;
   using C = typename N::C;
-  constexpr int64_t kStride = static_cast<int64_t>(kStagedThreads) * V;
   __shared__ C scratch[32];
   __shared__ C slots[4];
   Vec<S, V>* stage = staged_vectors<S, V>();
@@ -413,20 +428,13 @@ __global__ void __launch_bounds__(kStagedThreads, 2)
   const int64_t begin = rank * part, end = min(n + shift, begin + part);
   const S fill = N::store(-INFINITY);
   C m = -INFINITY;
-  for (int64_t first = begin + threadIdx.x * V; first < end; first += kStagedUnroll * kStride) {
-    Vec<S, V> q[kStagedUnroll];
+  for_each_vector<kStagedThreads, V, kStagedUnroll>(
+      begin, end, [&](int64_t p) { return load_vec<S, V, kEdges>(xr, n, shift, p, fill); },
+      [&](int64_t p, const Vec<S, V>& q) {
+        stage[(p - begin) / V] = q;
 #pragma unroll
-    for (int u = 0; u < kStagedUnroll; ++u)
-      if (first + u * kStride < end) q[u] = load_vec<S, V, kEdges>(xr, n, shift, first + u * kStride, fill);
-#pragma unroll
-    for (int u = 0; u < kStagedUnroll; ++u) {
-      if (first + u * kStride < end) {
-        stage[(first + u * kStride - begin) / V] = q[u];
-#pragma unroll
-        for (int k = 0; k < V; ++k) m = max_nan(m, N::load(q[u].v[k]));
-      }
-    }
-  }
+        for (int k = 0; k < V; ++k) m = max_nan(m, N::load(q.v[k]));
+      });
   m = RowReduce<kStagedThreads, kCluster>::run(m, Max{}, scratch, &slots[0], &slots[1]);
   const int64_t count = (end - begin + V - 1) / V;  // vectors staged (none where the part lies past the row)
   C s = 0;
@@ -456,7 +464,6 @@ __global__ void __launch_bounds__(kStagedThreads, 2)
                     bool log) {
   using N = Num<S>;
   using C = typename N::C;
-  constexpr int64_t kStride = static_cast<int64_t>(kStagedThreads) * V;
   constexpr int kUnroll = kStagedUnroll / 2;  // two operands: as many loads in flight as the forward, in 64 registers
   __shared__ C scratch[32];
   __shared__ C slots[2];
@@ -467,44 +474,34 @@ __global__ void __launch_bounds__(kStagedThreads, 2)
   const int shift = row_shift<S, V, kEdges>(g + offset);
   const int64_t begin = rank * part, end = min(n + shift, begin + part);
   const S zero = N::store(C(0));
+  struct Operands {
+    Vec<S, V> g, y;
+  };
   C d = 0;
-  for (int64_t first = begin + threadIdx.x * V; first < end; first += kUnroll * kStride) {
-    Vec<S, V> qg[kUnroll], qy[kUnroll];
+  for_each_vector<kStagedThreads, V, kUnroll>(
+      begin, end,
+      [&](int64_t p) {
+        Operands q;
+        q.g = load_vec<S, V, kEdges>(g + offset, n, shift, p, zero);
+        if (!log) q.y = load_vec<S, V, kEdges>(y + offset, n, shift, p, zero);
+        return q;
+      },
+      [&](int64_t p, const Operands& q) {
+        stage[(p - begin) / V] = log ? q.g : q.y;
 #pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (first + u * kStride < end) {
-        qg[u] = load_vec<S, V, kEdges>(g + offset, n, shift, first + u * kStride, zero);
-        if (!log) qy[u] = load_vec<S, V, kEdges>(y + offset, n, shift, first + u * kStride, zero);
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (first + u * kStride < end) {
-        stage[(first + u * kStride - begin) / V] = log ? qg[u] : qy[u];
-#pragma unroll
-        for (int k = 0; k < V; ++k) d += log ? N::load(qg[u].v[k]) : N::load(qg[u].v[k]) * N::load(qy[u].v[k]);
-      }
-    }
-  }
+        for (int k = 0; k < V; ++k) d += log ? N::load(q.g.v[k]) : N::load(q.g.v[k]) * N::load(q.y.v[k]);
+      });
   d = RowReduce<kStagedThreads, kCluster>::run(d, Sum{}, scratch, &slots[0], &slots[1]);
   const S* other = (log ? y : g) + offset;
-  for (int64_t first = begin + threadIdx.x * V; first < end; first += kUnroll * kStride) {
-    Vec<S, V> qo[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (first + u * kStride < end) qo[u] = load_vec<S, V, kEdges>(other, n, shift, first + u * kStride, zero);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      const int64_t p = first + u * kStride;
-      if (p < end) {
+  for_each_vector<kStagedThreads, V, kUnroll>(
+      begin, end, [&](int64_t p) { return load_vec<S, V, kEdges>(other, n, shift, p, zero); },
+      [&](int64_t p, const Vec<S, V>& o) {
         const Vec<S, V> kept = stage[(p - begin) / V];
         store_vec<S, V, kEdges>(gi + offset, n, shift, p, [&](int k) {
-          const C o = N::load(qo[u].v[k]), kv = N::load(kept.v[k]);
-          return log ? kv - exp_(o) * d : kv * (o - d);
+          const C ok = N::load(o.v[k]), kv = N::load(kept.v[k]);
+          return log ? kv - exp_(ok) * d : kv * (ok - d);
         });
-      }
-    }
-  }
+      });
   if constexpr (kCluster) cluster_exit_sync();
 }
 
@@ -549,22 +546,14 @@ __global__ void __launch_bounds__(kSplitThreads)
   const S fill = N::store(-INFINITY);
   C m = -INFINITY, s = 0;
   constexpr int kUnroll = 4;  // loads in flight per thread
-  constexpr int64_t kStride = static_cast<int64_t>(kSplitThreads) * V;
-  for (int64_t first = begin + threadIdx.x * V; first < end; first += kUnroll * kStride) {
-    Vec<S, V> q[kUnroll];
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u)
-      if (first + u * kStride < end) q[u] = load_vec<S, V, kEdges>(xr, n, shift, first + u * kStride, fill);
-#pragma unroll
-    for (int u = 0; u < kUnroll; ++u) {
-      if (first + u * kStride < end) {
+  for_each_vector<kSplitThreads, V, kUnroll>(
+      begin, end, [&](int64_t p) { return load_vec<S, V, kEdges>(xr, n, shift, p, fill); },
+      [&](int64_t, const Vec<S, V>& q) {
         C v[V];
 #pragma unroll
-        for (int k = 0; k < V; ++k) v[k] = N::load(q[u].v[k]);
+        for (int k = 0; k < V; ++k) v[k] = N::load(q.v[k]);
         online_add(m, s, v, V);
-      }
-    }
-  }
+      });
   block_merge(m, s, scratch);
   if (threadIdx.x == 0) {
     work[(row * parts + part) * 2] = m;
@@ -678,9 +667,9 @@ __global__ void __launch_bounds__(kColumnThreads)
     const C rescale = none ? C(1) : exp_(m - nm);  // 1 while the max stays, 0 while m was -inf, NaN after a NaN
     const C kept = s * rescale;
     const C term = (none ? C(0) : exp_(v - nm)) - lost * rescale;
-    const C t = kept + term;
-    lost = (t - kept) - term;
-    s = t;
+    const C sum = kept + term;
+    lost = (sum - kept) - term;
+    s = sum;
     m = nm;
   }
   const C log_s = log ? log_(s) : C(0);
