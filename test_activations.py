@@ -2046,9 +2046,11 @@ def test_distributed_training_matches_torch_activations(kind, tmp_path):
     tight = dict(rtol=1e-12, atol=1e-12)
     # Ours and torch's activations differ in float64: in the last bits (docs/accuracy.md), and more where torch's
     # are less accurate (its CPU hardsigmoid backward multiplies by 1/6 rounded to float: 3e-8 relative; its gelu
-    # cancels in 1 + erf for x < 0). 20 steps of SGD with momentum magnify that to about 2e-7 relative: the two
-    # trainings agree to 1e-6, each with its own one-process run to 1e-12.
-    close = dict(rtol=1e-6, atol=1e-9)
+    # cancels in 1 + erf for x < 0). 20 steps of SGD with momentum magnify that to about 2e-7 of a parameter
+    # tensor's scale: the two trainings agree to 1e-6 of each tensor's largest magnitude, each with its own
+    # one-process run to 1e-12. Relative to the tensor, not to each element: an element that training drives
+    # toward zero keeps the tensor's absolute error (seed 1166493286: a Hardsigmoid bias element of 7.3e-4 off by
+    # 2.3e-9, 3.2e-6 of itself, in a tensor of larger elements).
     for rank, result in enumerate(results):
         assert result["torch"]["types"] == torch_types
         ours = result["ours"]["types"]
@@ -2056,7 +2058,8 @@ def test_distributed_training_matches_torch_activations(kind, tmp_path):
         assert all(t.startswith("activations.") for t in ours), f"rank {rank} trained modules not ours: {ours}"
         for name, value in result["ours"]["params"].items():
             where = f"{kind} rank {rank} (seed {seed}) {name}"
-            torch.testing.assert_close(value, result["torch"]["params"][name], **close,
+            theirs = result["torch"]["params"][name]
+            torch.testing.assert_close(value, theirs, rtol=1e-6, atol=1e-6 * theirs.abs().max().item(),
                                        msg=lambda m: f"{where}, ours against torch's modules: {m}")
             for flavour in ("ours", "torch"):
                 torch.testing.assert_close(result[flavour]["params"][name], expected[flavour][name], **tight,
