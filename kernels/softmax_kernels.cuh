@@ -286,7 +286,7 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
   using C = typename N::C;
   constexpr int kRowsPerBlock = block_threads(kRowThreads) / kRowThreads;
   __shared__ C scratch[32];
-  __shared__ C slots[4];
+  C* const kNoCluster = nullptr;  // RowReduce's cluster slots: one block a row
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kRowThreads;
   const int lane = threadIdx.x % kRowThreads;
   const bool in_rows = row < rows;
@@ -307,7 +307,7 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
   C m = v[0];
 #pragma unroll
   for (int e = 1; e < E; ++e) m = max_nan(m, v[e]);
-  m = RowReduce<kRowThreads, false>::run(m, Max{}, scratch, &slots[0], &slots[1]);
+  m = RowReduce<kRowThreads, false>::run(m, Max{}, scratch, kNoCluster, kNoCluster);
   C s = 0;
   if (log) {
 #pragma unroll
@@ -319,7 +319,7 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
       s += v[e];
     }
   }
-  s = RowReduce<kRowThreads, false>::run(s, Sum{}, scratch, &slots[2], &slots[3]);
+  s = RowReduce<kRowThreads, false>::run(s, Sum{}, scratch, kNoCluster, kNoCluster);
   const C log_s = log ? log_(s) : C(0);
   S* yr = y + (in_rows ? row : 0) * n;
 #pragma unroll
@@ -346,7 +346,7 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
   using C = typename N::C;
   constexpr int kRowsPerBlock = block_threads(kRowThreads) / kRowThreads;
   __shared__ C scratch[32];
-  __shared__ C slots[2];
+  C* const kNoCluster = nullptr;  // RowReduce's cluster slots: one block a row
   const int64_t row = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + threadIdx.x / kRowThreads;
   const int lane = threadIdx.x % kRowThreads;
   const bool in_rows = row < rows;
@@ -377,7 +377,7 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
       for (int k = 0; k < V; ++k) keep[j * V + k] = 0;
     }
   }
-  d = RowReduce<kRowThreads, false>::run(d, Sum{}, scratch, &slots[0], &slots[1]);
+  d = RowReduce<kRowThreads, false>::run(d, Sum{}, scratch, kNoCluster, kNoCluster);
   const S* other = log ? y : g;
 #pragma unroll
   for (int j = 0; j < E / V; ++j) {
