@@ -1,5 +1,6 @@
-// What the elementwise (cuda_kernels.cuh) and the softmax (softmax_launch.cuh) CUDA launchers share: the dispatch
-// on dtype to its CUDA storage type, and the alignment test for 16-byte vector loads and stores.
+// The dispatch on dtype to its CUDA storage type, which the elementwise (cuda_kernels.cuh) and the softmax
+// (softmax_launch.cuh) CUDA launchers share, and the elementwise kernels' alignment test for 16-byte vector loads
+// and stores (softmax's rows need only the same address mod 16 in every operand: vectors_line_up).
 #pragma once
 
 #include <cuda_bf16.h>

@@ -398,8 +398,8 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
 // ---------------------------------------------------------------------------------------------------------------
 // Rows staged in shared memory. Block `rank` of a row's cluster (the only block without clusters) holds grid
 // positions [rank * part, (rank + 1) * part) of the row (see load_vec; `part` a multiple of V) in its dynamic
-// shared memory: the first pass reads them from global memory, kStagedUnroll vectors in flight a thread, the passes
-// after it read shared memory. With at most kStagedBytes a block, two blocks share an SM, so one's reductions and
+// shared memory: the first pass reads them from global memory (the forward's 16-bit rows by cp.async, the whole
+// part in flight; otherwise kStagedUnroll vectors in flight a thread), the passes after it read shared memory. With at most kStagedBytes a block, two blocks share an SM, so one's reductions and
 // shared-memory passes overlap the other's reads and writes.
 
 constexpr int kStagedThreads = 512;
@@ -776,8 +776,8 @@ constexpr int64_t kStaticShared = 1024;  // room left for a kernel's static shar
 
 enum class Path { Registers, Staged, Split };
 
-// What a row-wise call runs: a register configuration or a staged part, in clusters of `cluster` blocks when
-// cluster > 1, or the two-pass split into `parts` parts of `chunk` grid positions; vectors `vec` wide.
+// What a row-wise call runs: a register configuration (one block), a staged part in clusters of `cluster` blocks
+// when cluster > 1, or the two-pass split into `parts` parts of `chunk` grid positions; vectors `vec` wide.
 struct Plan {
   Path path = Path::Split;
   RegConfig config{0, 0};
@@ -789,7 +789,8 @@ struct Plan {
 };
 
 // The most blocks a 16-bit row's forward is staged in: past that the two passes ran faster on the H100 (4096 x
-// 131072 bfloat16: 1.25 ms against 1.40 staged in 3 blocks; 4096 x 393216: 3.67 against 3.99 in 8). Their
+// 131072 bfloat16: 1.25 ms against 1.40 staged in 3 blocks; 4096 x 393216: 3.67 against 3.99 in 8; timed before
+// 16-bit parts were copied by cp.async, not since). Their
 // backward, and float32 both ways, ran faster staged (4096 x 393216 bfloat16 softmax backward: 5.19 ms in 8 blocks,
 // 5.39 in two passes).
 constexpr int kMaxStagedCluster16Forward = 2;

@@ -1,9 +1,9 @@
 """Times our softmax / log_softmax (forward or backward operator) at one shape under each CUDA path named, beside
 torch's. A path is a value of ACTIVATIONS_SOFTMAX_PLAN (kernels/softmax_kernels.cuh, plan_rows): "default" (the
-choice the code makes), "split", "staged,C" (C blocks a row) or "threads,elements,cluster"; a path that does not
+choice the code makes), "split", "staged,C" (C blocks a row) or "threads,elements"; a path that does not
 fit the shape falls back to the default choice.
 
-    python tools/softmax_plans.py 4096,393216 float32 softmax forward default split staged,8 staged,16 1024,48,8
+    python tools/softmax_plans.py 4096,393216 float32 softmax forward default split staged,8 staged,16
 """
 
 import os
