@@ -401,12 +401,16 @@ def build_plan(cuda_arch=None, cpu_only=None):
 # about 0.9 GiB, so it never collects; with the default, 128 MiB, it spent 0.6-0.9 s collecting on the way there.
 # -fno-trapping-math: lets g++ evaluate both sides of a select in the CPU loops, which it must to vectorize them
 # (we never read floating-point exception flags; results are unchanged).
+# -ffp-contract=off: the CPU loops are compiled with -fexpensive-optimizations (for vzeroupper, see
+# ACTIVATIONS_CPU_LOOP in kernels/cpu_kernels.cpp), which would let g++ fuse a * b + c on its own; the math
+# header writes each fused multiply-add it wants, and the rest are rounded as written.
 CXX_FLAGS = [
     "-O1",
     "-ftree-vectorize",
     "-fvect-cost-model=dynamic",
     "-fopenmp",
     "-fno-trapping-math",
+    "-ffp-contract=off",
     "--param=ggc-min-heapsize=1048576",
 ]
 LD_FLAGS = ["-fopenmp"]

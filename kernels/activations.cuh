@@ -51,7 +51,8 @@ ACTIVATION_FN float expm1_nonpositive(float x) {
 // exp in float for the CPU kernels (ELU's backward from the input, sigmoid, SiLU, GELU, softplus, mish). libm's
 // expf is a call that g++ cannot vectorize; this is inline and branch-free, so the loops around it vectorize.
 // The fused multiply-adds are written out (fmaf), as in expm1_nonpositive, rather than left to the compiler to
-// contract a * b + c: it does so at -O2 but not at -O1, which activations.py compiles with.
+// contract a * b + c, which activations.py turns off (-ffp-contract=off) so that the CPU's roundings are the ones
+// written here.
 namespace host_float {
 
 inline uint32_t bits_of(float f) {

@@ -68,8 +68,16 @@ void with_scalar_type(DType dtype, Fn&& fn) {
 // 129 -> 92; of the 137 loops 39 got shorter (9075 -> 8772 instructions in all) and one longer (bfloat16 ELU
 // forward, 156 -> 161). One thread, torch/ours: bfloat16 hardsigmoid forward 0.70-0.77x -> 0.90-0.96x, ReLU
 // forward 0.81-0.87x -> 0.92x.
+// optimize("expensive-optimizations"): only with it does g++ insert vzeroupper where an AVX loop returns (-O1 has
+// it off). Without, every return left the vector registers' upper halves dirty, and the SSE code that called the
+// loop (ours and torch's) stalled on them: 60 ns a call, one call per softmax row and pass, so the float32
+// softmax over rows of 1024 ran at 0.81x torch's forward and 0.76x backward on one thread, 1.0-1.1x and 0.9x
+// after. It also turns on g++'s contraction of a * b + c into fused multiply-adds, which -ffp-contract=off
+// (activations.py) keeps off: every result of the CPU loops has the same bits as before (12 of 208 float64 and
+// log_softmax results differed with contraction).
 #ifdef ACTIVATIONS_CPU_AVX2
-#define ACTIVATIONS_CPU_LOOP __attribute__((target("avx2,fma,f16c"), optimize("gcse", "no-thread-jumps"), flatten))
+#define ACTIVATIONS_CPU_LOOP \
+  __attribute__((target("avx2,fma,f16c"), optimize("gcse", "no-thread-jumps", "expensive-optimizations"), flatten))
 #else
 #define ACTIVATIONS_CPU_LOOP __attribute__((optimize("gcse", "no-thread-jumps"), flatten))
 #endif
