@@ -47,6 +47,14 @@ ACTIVATION_FN float expm1_nonpositive(float x) {
   const float result = fmaf(two_to_k, p, two_to_k - 1.0f);
   return x == 0.0f ? x : result;  // keeps -0.0 (r lost its sign)
 }
+
+// What the sum m = 1 + u, rounded, lost: 1 + u = m + one_plus_error(u, m) exactly (Fast2Sum, the larger addend
+// first). NaN for a NaN u.
+template <class T>
+ACTIVATION_FN T one_plus_error(T u, T m) {
+  return u > T(1) ? T(1) - (m - u) : u - (m - T(1));
+}
+
 #ifndef __CUDA_ARCH__
 // exp in float for the CPU kernels (ELU's backward from the input, sigmoid, SiLU, GELU, softplus, mish). libm's
 // expf is a call that g++ cannot vectorize; this is inline and branch-free, so the loops around it vectorize.
@@ -108,7 +116,7 @@ inline float exp(float x) {
 // returned as they are, +-0 kept.
 inline float log1p(float u) {
   const float m = 1.0f + u;
-  const float c = u > 1.0f ? 1.0f - (m - u) : u - (m - 1.0f);
+  const float c = one_plus_error(u, m);
   const uint32_t m_bits = bits_of(m);
   const int32_t k = (static_cast<int32_t>(m_bits) - 0x3f3504f3) >> 23;
   const float f = float_from_bits(m_bits - (static_cast<uint32_t>(k) << 23));
@@ -897,7 +905,7 @@ struct Softsign {
   static ACTIVATION_FN T derivative(T x) {
     const T a = fabs(x);
     const T d = T(1) + a;
-    const T e = (a > T(1) ? T(1) : a) - (d - (a > T(1) ? a : T(1)));  // smaller - (d - larger): what d lost
+    const T e = one_plus_error(a, d);
     const T r = T(1) / d;
     const T c = fma_of(-r, d, T(1)) - r * e;
     const T p = r * r;

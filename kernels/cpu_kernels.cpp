@@ -20,12 +20,13 @@ namespace {
 template <class scalar_t>
 using compute_t = std::conditional_t<std::is_same_v<scalar_t, double>, double, float>;
 
-// Whether results stored as scalar_t are float16 or bfloat16: the functors then take their 16-bit formulas
-// (k16BitResult, as on the GPU, those that pay on the CPU: see kCheap16BitMath), whose results are correctly
-// rounded or one ulp off. One thread, torch/ours: bfloat16 leaky_relu forward 0.61-0.63x -> 0.98x, float16
-// 0.61-0.66x -> 1.16-1.22x; elu forward 1.86-2.16x -> 3.14-3.41x; mish step 4.7-5.3x -> 6.1-6.8x.
-template <class scalar_t>
-constexpr bool kRoundsTo16Bits = sizeof(scalar_t) == 2;
+// The functor that `tag` (with_functor) names, for storage type scalar_t: computed in compute_t, and told when
+// its results are rounded to float16 or bfloat16, so that it takes its 16-bit formulas (k16BitResult, as on the
+// GPU, CudaKernels::For; those that pay on the CPU: see kCheap16BitMath), correctly rounded or one ulp off.
+// One thread, torch/ours: bfloat16 leaky_relu forward 0.61-0.63x -> 0.98x, float16 0.61-0.66x -> 1.16-1.22x; elu
+// forward 1.86-2.16x -> 3.14-3.41x; mish step 4.7-5.3x -> 6.1-6.8x.
+template <class Tag, class scalar_t>
+using CpuFunctor = typename Tag::template type<compute_t<scalar_t>, sizeof(scalar_t) == 2>;
 
 constexpr int64_t kCpuGrain = 1 << 15;
 
@@ -403,7 +404,7 @@ void cpu_forward(Functor functor, DType dtype, const double* args, const void* x
   with_functor(functor, [&](auto tag) {
     with_scalar_type(dtype, [&](auto storage) {
       using scalar_t = decltype(storage);
-      using F = typename decltype(tag)::template type<compute_t<scalar_t>, kRoundsTo16Bits<scalar_t>>;
+      using F = CpuFunctor<decltype(tag), scalar_t>;
       const F f(args);
       const auto* in = static_cast<const scalar_t*>(x);
       auto* out = static_cast<scalar_t*>(y);
@@ -422,7 +423,7 @@ void cpu_backward(Functor functor, DType dtype, const double* args, bool from_ou
   with_functor(functor, [&](auto tag) {
     with_scalar_type(dtype, [&](auto storage) {
       using scalar_t = decltype(storage);
-      using F = typename decltype(tag)::template type<compute_t<scalar_t>, kRoundsTo16Bits<scalar_t>>;
+      using F = CpuFunctor<decltype(tag), scalar_t>;
       const F f(args);
       const auto* g = static_cast<const scalar_t*>(grad_out);
       const auto* s = static_cast<const scalar_t*>(saved);
@@ -442,7 +443,7 @@ void cpu_double_backward(Functor functor, DType dtype, const double* args, bool 
   with_functor(functor, [&](auto tag) {
     with_scalar_type(dtype, [&](auto storage) {
       using scalar_t = decltype(storage);
-      using F = typename decltype(tag)::template type<compute_t<scalar_t>, kRoundsTo16Bits<scalar_t>>;
+      using F = CpuFunctor<decltype(tag), scalar_t>;
       const F f(args);
       const auto* gg = static_cast<const scalar_t*>(grad_grad);
       const auto* g = static_cast<const scalar_t*>(grad_out);

@@ -2,9 +2,9 @@
 references of test_activations.py, in ulps as the tests count them (ulp_errors, with the same floors as
 check_values_and_gradient). The backward takes a random incoming gradient, as the tests do: its product with
 f'(x) can double an error of f' counted in ulps (an f' 1.75 ulp off with a mantissa near 1 is 3.5 ulp off once
-the product's mantissa is near 2), so a gradient of 1 understates the bound. test_float32_whole_range samples every 1024th bit pattern; this walks
-all 2^32 (or every STRIDE-th with --stride) on one device, in chunks, and prints the largest error per case with
-the input where it occurs. The references are evaluated on the same device in float64 (the mpmath refinement
+the product's mantissa is near 2), so a gradient of 1 understates the bound. test_float32_whole_range samples
+every 1024th bit pattern; this walks all 2^32 (or every STRIDE-th with --stride) on one device, in chunks, and
+prints the largest error per case with the input where it occurs. The references are evaluated on the same device in float64 (the mpmath refinement
 of gelu's far tail that the float64 tests use is not needed for float32 results).
 
     python tools/ulp_sweep.py [--device cuda] [--stride 1] [--cases mish,silu]
