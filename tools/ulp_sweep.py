@@ -1,13 +1,14 @@
 """The float32 error bounds over every float32 input: each op case's forward and backward against the float64
-references of test_activations.py, in ulps as the tests count them (ulp_errors, with the same floors as
-check_values_and_gradient). The backward takes a random incoming gradient, as the tests do: its product with
-f'(x) can double an error of f' counted in ulps (an f' 1.75 ulp off with a mantissa near 1 is 3.5 ulp off once
-the product's mantissa is near 2), so a gradient of 1 understates the bound. test_float32_whole_range samples
-every 1024th bit pattern; this walks all 2^32 (or every STRIDE-th with --stride) on one device, in chunks, and
-prints the largest error per case with the input where it occurs. The references are evaluated on the same device in float64 (the mpmath refinement
-of gelu's far tail that the float64 tests use is not needed for float32 results).
+references of test_activations.py, in ulps as the tests count them (ulp_errors). The backward takes a random
+incoming gradient, as the tests do, or (--worst-gradient) the one that makes its product with f'(x) have a mantissa
+of 1.99: that product can double an error of f' counted in ulps (an f' 1.75 ulp off with a mantissa near 1 is
+3.5 ulp off once the product's mantissa is near 2), so a gradient of 1 understates the bound.
+test_float32_whole_range samples every 1024th bit pattern; this walks all 2^32 (or every STRIDE-th with --stride)
+on one device, in chunks, and prints the largest error per case with the input where it occurs. The expected
+results and their floors are the tests' (expected_results); the references are evaluated on the same device in
+float64 (the mpmath refinement of gelu's far tail that the float64 tests use is not needed for float32 results).
 
-    python tools/ulp_sweep.py [--device cuda] [--stride 1] [--cases mish,silu]
+    python tools/ulp_sweep.py [--device cuda] [--stride 1] [--cases mish,silu] [--worst-gradient]
 """
 import argparse
 import os
@@ -19,28 +20,23 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import test_activations as t  # noqa: E402  (the references, the cases, the bounds and the ulp measure)
 
 
-def case_errors(name, x, seed):
-    """(forward ulps, backward ulps) of case `name` at float32 inputs x, the backward at a standard normal incoming
-    gradient drawn from `seed`; 0 where the result is NaN, infinite or an exact zero (test_float32_whole_range
-    checks those for equality)."""
+def case_errors(name, x, seed, worst_gradient=False):
+    """(forward ulps, backward ulps) of case `name` at float32 inputs x; 0 where the result is NaN, infinite or an
+    exact zero (test_float32_whole_range checks those for equality). The backward takes a standard normal incoming
+    gradient drawn from `seed`, or with worst_gradient the one that puts the exact product's mantissa at 1.99:
+    an error of f' relative to f' counts most in ulps of the product there."""
     case = t.CASES[name]
+    result = getattr(t, f"reference_{case.op}")(x.double(), *case.args, **case.kwargs)
+    if worst_gradient:
+        derivative = result[1].abs()
+        grad = torch.where(derivative > 0, 1.99 / derivative, 1.0).float()
+    else:
+        grad = torch.randn(x.shape, generator=torch.Generator(x.device).manual_seed(seed), device=x.device)
     x_ = x.clone().requires_grad_()
     y = t.ours(name)(x_)
-    grad = torch.randn(x.shape, generator=torch.Generator(x.device).manual_seed(seed), device=x.device)
     (g,) = torch.autograd.grad(y, x_, grad)
     y = y.detach()
-    grad64 = grad.double()
-    x64 = x.double()
-    result = getattr(t, f"reference_{case.op}")(x64, *case.args, **case.kwargs)
-    exact_y, derivative = result[:2]
-    scale = result[2] if len(result) > 2 else derivative.abs()
-    if case.op in t.DERIVATIVE_FROM_OUTPUT:
-        derivative = t.DERIVATIVE_FROM_OUTPUT[case.op](y.double())
-        scale = derivative.abs()
-    exact_g = grad64 * derivative
-    underflow = 2.0**-100 if case.op in t.UNDERFLOW_OPS else 0.0
-    floor_y = torch.full_like(exact_y, underflow)
-    floor_g = ((grad64 * scale).abs() if case.op in t.UNDERFLOW_OPS else torch.zeros_like(exact_g)).clamp(min=underflow)
+    exact_y, floor_y, exact_g, floor_g = t.expected_results(case.op, result, y, grad.double(), torch.float32)
     errors = []
     for actual, exact, floor in ((y, exact_y, floor_y), (g, exact_g, floor_g)):
         rounded = exact.float()
@@ -56,10 +52,13 @@ def main():
     parser.add_argument("--stride", type=int, default=1, help="every STRIDE-th bit pattern (default: all)")
     parser.add_argument("--cases", default=",".join(t.CASES), help="comma-separated case names of test_activations")
     parser.add_argument("--chunk", type=int, default=1 << 24, help="inputs per chunk")
+    parser.add_argument("--worst-gradient", action="store_true",
+                        help="the backward at the gradient that makes f's error count most (default: random)")
     args = parser.parse_args()
     names = args.cases.split(",")
     step = args.chunk * args.stride
-    print(f"float32 ulp error over every {args.stride}th float32 input ({args.device}), backward at random gradients; "
+    gradients = "the worst gradient (product mantissa 1.99)" if args.worst_gradient else "random gradients"
+    print(f"float32 ulp error over every {args.stride}th float32 input ({args.device}), backward at {gradients}; "
           "bound from FLOAT32_ULP")
     for name in names:
         worst = [(0.0, None), (0.0, None)]
@@ -67,7 +66,7 @@ def main():
             patterns = torch.arange(start, min(start + step, 1 << 32), args.stride, dtype=torch.int64,
                                     device=args.device)
             x = (patterns - (1 << 31)).to(torch.int32).view(torch.float32)  # signed: negative floats first
-            for direction, e in enumerate(case_errors(name, x, seed=start)):
+            for direction, e in enumerate(case_errors(name, x, seed=start, worst_gradient=args.worst_gradient)):
                 top = e.max().item()
                 if top > worst[direction][0]:
                     worst[direction] = (top, x[e.argmax()].item())
