@@ -68,6 +68,22 @@ struct Num<__nv_bfloat16> {
 
 __device__ __forceinline__ float exp_(float v) { return expf(v); }
 __device__ __forceinline__ double exp_(double v) { return exp(v); }
+// exp(v) for a result held in S: expf / exp for float and double; for float16 and bfloat16 ex2.approx.f32 of
+// v log2(e), three instructions where expf takes about a dozen (the staged bfloat16 softmax forward was compute-bound
+// in its output pass: 4096 x 393216 in 8 blocks a row, 3.70 ms against log_softmax's 2.75). ex2.approx is within
+// 2^-22 relative (PTX ISA) and keeps subnormal results, which bfloat16 holds (__expf flushes them); rounding
+// v log2(e) adds 2^-24 |v log2(e)| relative, below 2^-16.5 for |v| < 104, past which exp(v) is 0 in both types:
+// under a 128th of a 16-bit ulp.
+template <class S, class C>
+__device__ __forceinline__ C exp_for(C v) {
+  if constexpr (sizeof(S) == 2) {
+    float result;
+    asm("ex2.approx.f32 %0, %1;" : "=f"(result) : "f"(v * 1.44269504088896341f));
+    return result;
+  } else {
+    return exp_(v);
+  }
+}
 __device__ __forceinline__ float log_(float v) { return logf(v); }
 __device__ __forceinline__ double log_(double v) { return log(v); }
 
@@ -311,16 +327,16 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
   C s = 0;
   if (log) {
 #pragma unroll
-    for (int e = 0; e < E; ++e) s += exp_(v[e] - m);
+    for (int e = 0; e < E; ++e) s += exp_for<S>(v[e] - m);
   } else {
 #pragma unroll
     for (int e = 0; e < E; ++e) {
-      v[e] = exp_(v[e] - m);
+      v[e] = exp_for<S>(v[e] - m);
       s += v[e];
     }
   }
   s = RowReduce<kRowThreads, false>::run(s, Sum{}, scratch, kNoCluster, kNoCluster);
-  const C log_s = log ? log_(s) : C(0);
+  const C log_s = log ? log_(s) : C(0), inv_s = C(1) / s;
   S* yr = y + (in_rows ? row : 0) * n;
 #pragma unroll
   for (int j = 0; j < E / V; ++j) {
@@ -328,7 +344,7 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
     if (in_rows && i < n) {
       Vec<S, V> p;
 #pragma unroll
-      for (int k = 0; k < V; ++k) p.v[k] = N::store(log ? (v[j * V + k] - m) - log_s : v[j * V + k] / s);
+      for (int k = 0; k < V; ++k) p.v[k] = N::store(log ? (v[j * V + k] - m) - log_s : v[j * V + k] * inv_s);
       *reinterpret_cast<Vec<S, V>*>(yr + i) = p;
     }
   }
@@ -388,7 +404,7 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
 #pragma unroll
       for (int k = 0; k < V; ++k) {
         const C o = N::load(po.v[k]), kept = keep[j * V + k];
-        p.v[k] = N::store(log ? kept - exp_(o) * d : kept * (o - d));
+        p.v[k] = N::store(log ? kept - exp_for<S>(o) * d : kept * (o - d));
       }
       *reinterpret_cast<Vec<S, V>*>(gi + offset + i) = p;
     }
@@ -480,16 +496,16 @@ __global__ void __launch_bounds__(kStagedThreads, 2)
   for (int64_t j = threadIdx.x; j < count; j += kStagedThreads) {
     const Vec<S, V> q = stage[j];
 #pragma unroll
-    for (int k = 0; k < V; ++k) s += exp_(N::load(q.v[k]) - m);  // -inf fill: exp gives 0
+    for (int k = 0; k < V; ++k) s += exp_for<S>(N::load(q.v[k]) - m);  // -inf fill: exp gives 0
   }
   s = RowReduce<kStagedThreads, kCluster>::run(s, Sum{}, scratch, &slots[2], &slots[3]);
-  const C log_s = log ? log_(s) : C(0);
+  const C log_s = log ? log_(s) : C(0), inv_s = C(1) / s;
   S* yr = y + row * n;
   for (int64_t j = threadIdx.x; j < count; j += kStagedThreads) {
     const Vec<S, V> q = stage[j];
     store_vec<S, V, kEdges>(yr, n, shift, begin + j * V, [&](int k) {
       const C v = N::load(q.v[k]);
-      return log ? (v - m) - log_s : exp_(v - m) / s;
+      return log ? (v - m) - log_s : exp_for<S>(v - m) * inv_s;
     });
   }
   if constexpr (kCluster) cluster_exit_sync();
@@ -538,7 +554,7 @@ __global__ void __launch_bounds__(kStagedThreads, 2)
         const Vec<S, V> kept = stage[(p - begin) / V];
         store_vec<S, V, kEdges>(gi + offset, n, shift, p, [&](int k) {
           const C ok = N::load(o.v[k]), kv = N::load(kept.v[k]);
-          return log ? kv - exp_(ok) * d : kv * (ok - d);
+          return log ? kv - exp_for<S>(ok) * d : kv * (ok - d);
         });
       });
   if constexpr (kCluster) cluster_exit_sync();
@@ -551,14 +567,14 @@ __global__ void __launch_bounds__(kStagedThreads, 2)
 constexpr int kSplitThreads = 512;
 
 // Online (max, sum of exp(x - max)) over V values.
-template <class C>
+template <class S, class C>
 __device__ __forceinline__ void online_add(C& m, C& s, const C* v, int count) {
   C vm = v[0];
   for (int k = 1; k < count; ++k) vm = max_nan(vm, v[k]);
   const C nm = max_nan(m, vm);
   if (nm == -INFINITY) return;  // nothing but -inf so far: the sum stays 0
-  s *= exp_(m - nm);            // 0 while m was -inf
-  for (int k = 0; k < count; ++k) s += exp_(v[k] - nm);
+  s *= exp_for<S>(m - nm);            // 0 while m was -inf
+  for (int k = 0; k < count; ++k) s += exp_for<S>(v[k] - nm);
   m = nm;
 }
 
@@ -591,7 +607,7 @@ __global__ void __launch_bounds__(kSplitThreads)
         C v[V];
 #pragma unroll
         for (int k = 0; k < V; ++k) v[k] = N::load(q.v[k]);
-        online_add(m, s, v, V);
+        online_add<S>(m, s, v, V);
       });
   block_merge(m, s, scratch);
   if (threadIdx.x == 0) {
@@ -614,7 +630,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     s = work[(row * parts + threadIdx.x) * 2 + 1];
   }
   block_merge(m, s, scratch);
-  const C log_s = log ? log_(s) : C(0);
+  const C log_s = log ? log_(s) : C(0), inv_s = C(1) / s;
   const S* xr = x + row * n;
   S* yr = y + row * n;
   const int shift = row_shift<S, V, kEdges>(xr);
@@ -623,7 +639,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     const Vec<S, V> q = load_vec<S, V, kEdges>(xr, n, shift, p, N::store(C(0)));
     store_vec<S, V, kEdges>(yr, n, shift, p, [&](int k) {
       const C v = N::load(q.v[k]);
-      return log ? (v - m) - log_s : exp_(v - m) / s;
+      return log ? (v - m) - log_s : exp_for<S>(v - m) * inv_s;
     });
   }
 }
@@ -674,7 +690,7 @@ __global__ void __launch_bounds__(kSplitThreads)
     const Vec<S, V> py = load_vec<S, V, kEdges>(y + offset, n, shift, p, zero);
     store_vec<S, V, kEdges>(gi + offset, n, shift, p, [&](int k) {
       const C gk = N::load(pg.v[k]), yk = N::load(py.v[k]);
-      return log ? gk - exp_(yk) * d : yk * (gk - d);
+      return log ? gk - exp_for<S>(yk) * d : yk * (gk - d);
     });
   }
 }
@@ -703,18 +719,18 @@ __global__ void __launch_bounds__(kColumnThreads)
     const C v = N::load(x[offset + j * inner]);
     const C nm = max_nan(m, v);
     const bool none = nm == -INFINITY;              // nothing but -inf so far: the sum stays 0
-    const C rescale = none ? C(1) : exp_(m - nm);  // 1 while the max stays, 0 while m was -inf, NaN after a NaN
+    const C rescale = none ? C(1) : exp_for<S>(m - nm);  // 1 while the max stays, 0 while m was -inf, NaN after a NaN
     const C kept = s * rescale;
-    const C term = (none ? C(0) : exp_(v - nm)) - lost * rescale;
+    const C term = (none ? C(0) : exp_for<S>(v - nm)) - lost * rescale;
     const C sum = kept + term;
     lost = (sum - kept) - term;
     s = sum;
     m = nm;
   }
-  const C log_s = log ? log_(s) : C(0);
+  const C log_s = log ? log_(s) : C(0), inv_s = C(1) / s;
   for (int64_t j = 0; j < n; ++j) {
     const C v = N::load(x[offset + j * inner]);
-    y[offset + j * inner] = N::store(log ? (v - m) - log_s : exp_(v - m) / s);
+    y[offset + j * inner] = N::store(log ? (v - m) - log_s : exp_for<S>(v - m) * inv_s);
   }
 }
 
@@ -734,7 +750,7 @@ __global__ void __launch_bounds__(kColumnThreads)
   }
   for (int64_t j = 0; j < n; ++j) {
     const C gk = N::load(g[offset + j * inner]), yk = N::load(y[offset + j * inner]);
-    gi[offset + j * inner] = N::store(log ? gk - exp_(yk) * d : yk * (gk - d));
+    gi[offset + j * inner] = N::store(log ? gk - exp_for<S>(yk) * d : yk * (gk - d));
   }
 }
 
@@ -788,12 +804,14 @@ struct Plan {
   bool edges = false;  // rows that do not start on the 16-byte grid (see load_vec); never on the register path
 };
 
-// The most blocks a 16-bit row's forward is staged in: past that the two passes ran faster on the H100 (4096 x
-// 131072 bfloat16: 1.25 ms against 1.40 staged in 3 blocks; 4096 x 393216: 3.67 against 3.99 in 8; timed before
-// 16-bit parts were copied by cp.async, not since). Their
-// backward, and float32 both ways, ran faster staged (4096 x 393216 bfloat16 softmax backward: 5.19 ms in 8 blocks,
-// 5.39 in two passes).
-constexpr int kMaxStagedCluster16Forward = 2;
+// The most blocks a 16-bit row's forward is staged in: the portable cluster size. Up to 8 staged ran faster than
+// the two passes once the 16-bit parts were copied by cp.async and their exponentials taken by ex2.approx
+// (exp_for; a cap of 2 was right before either): H100, bfloat16 softmax at 4096 x 131072 0.93 ms in 3 blocks
+// against 1.20 in two passes, 4096 x 262144 1.84 in 5 against 2.38, 4096 x 393216 2.93 in 7 against 3.56. In 16
+// blocks it ran 4.42 there.
+// Their backward, and float32 both ways, ran faster staged in up to 16 (4096 x 393216 bfloat16 softmax backward:
+// 5.19 ms in 8 blocks, 5.39 in two passes).
+constexpr int kMaxStagedCluster16Forward = kMaxCluster;
 
 // Cluster sizes a row is staged in by default: up to 8, then 16 (Hopper). With two blocks an SM, sizes between
 // (14 blocks: 7 SMs) leave SMs of a GPC idle: 4096 x 393216 float32 ran 6.54 ms in 14 blocks, 6.10 in 16.
