@@ -183,6 +183,13 @@ def theirs_inplace(name):
     return lambda x: function(x, *case.args, inplace=True, **case.kwargs)
 
 
+def reference_terms(case, x):
+    """(value, derivative, scale of the derivative's terms) of case's float64 reference at x, on x's device: the
+    scale is |derivative| where the reference names none."""
+    result = globals()[f"reference_{case.op}"](x.double(), *case.args, **case.kwargs)
+    return result[0], result[1], result[2] if len(result) > 2 else result[1].abs()
+
+
 def reference(name, x, exact_float64=False):
     """(value, derivative, scale of the derivative's terms) in float64 at x. With exact_float64, for gelu on its
     negative side (where rounding erfc's or sigmoid's argument to float64 costs up to 2 x^2 float64 ulp, in the
@@ -190,9 +197,7 @@ def reference(name, x, exact_float64=False):
     mpmath at 40 digits instead."""
     case = CASES[name]
     x = x.detach().cpu().double()
-    result = globals()[f"reference_{case.op}"](x, *case.args, **case.kwargs)
-    value, derivative = result[:2]
-    scale = result[2] if len(result) > 2 else derivative.abs()
+    value, derivative, scale = reference_terms(case, x)
     if exact_float64 and case.op == "gelu":
         import mpmath  # a dependency of sympy, which torch requires
 
@@ -308,13 +313,13 @@ def assert_matches(actual, exact, dtype, what, seed, bound, floor=None):
         )
 
 
-def expected_results(op, reference_result, y, grad64, dtype):
+def expected_results(op, terms, y, grad64, dtype):
     """What our forward y and backward (at the float64 incoming gradient grad64) are checked against, from the
-    reference's (value, derivative[, scale of the derivative's terms]) at x: (exact_y, floor_y, exact_g, floor_g),
-    the floors being the magnitudes below which an error counts in absolute terms (see FLOAT32_ULP). The backward's
-    floor is |grad| times the derivative's: what is measured is f'(x), which the gradient only scales."""
-    exact_y, derivative = reference_result[:2]
-    scale = reference_result[2] if len(reference_result) > 2 else derivative.abs()
+    reference's terms at x (reference_terms: value, derivative, scale of the derivative's terms):
+    (exact_y, floor_y, exact_g, floor_g), the floors being the magnitudes below which an error counts in absolute
+    terms (see FLOAT32_ULP). The backward's floor is |grad| times the derivative's: what is measured is f'(x),
+    which the gradient only scales."""
+    exact_y, derivative, scale = terms
     if op in DERIVATIVE_FROM_OUTPUT:  # the backward works from the output: the exact derivative at our output
         derivative = DERIVATIVE_FROM_OUTPUT[op](y.double())
         scale = derivative.abs()

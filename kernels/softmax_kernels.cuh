@@ -415,8 +415,9 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
 // Rows staged in shared memory. Block `rank` of a row's cluster (the only block without clusters) holds grid
 // positions [rank * part, (rank + 1) * part) of the row (see load_vec; `part` a multiple of V) in its dynamic
 // shared memory: the first pass reads them from global memory (the forward's 16-bit rows by cp.async, the whole
-// part in flight; otherwise kStagedUnroll vectors in flight a thread), the passes after it read shared memory. With at most kStagedBytes a block, two blocks share an SM, so one's reductions and
-// shared-memory passes overlap the other's reads and writes.
+// part in flight; otherwise kStagedUnroll vectors in flight a thread), the passes after it read shared memory.
+// With at most kStagedBytes a block, two blocks share an SM, so one's reductions and shared-memory passes overlap
+// the other's reads and writes.
 
 constexpr int kStagedThreads = 512;
 constexpr int kStagedUnroll = 4;
@@ -573,7 +574,7 @@ __device__ __forceinline__ void online_add(C& m, C& s, const C* v, int count) {
   for (int k = 1; k < count; ++k) vm = max_nan(vm, v[k]);
   const C nm = max_nan(m, vm);
   if (nm == -INFINITY) return;  // nothing but -inf so far: the sum stays 0
-  s *= exp_for<S>(m - nm);            // 0 while m was -inf
+  s *= exp_for<S>(m - nm);  // 0 while m was -inf
   for (int k = 0; k < count; ++k) s += exp_for<S>(v[k] - nm);
   m = nm;
 }
@@ -719,7 +720,8 @@ __global__ void __launch_bounds__(kColumnThreads)
     const C v = N::load(x[offset + j * inner]);
     const C nm = max_nan(m, v);
     const bool none = nm == -INFINITY;              // nothing but -inf so far: the sum stays 0
-    const C rescale = none ? C(1) : exp_for<S>(m - nm);  // 1 while the max stays, 0 while m was -inf, NaN after a NaN
+    // 1 while the max stays, 0 while m was -inf, NaN after a NaN.
+    const C rescale = none ? C(1) : exp_for<S>(m - nm);
     const C kept = s * rescale;
     const C term = (none ? C(0) : exp_for<S>(v - nm)) - lost * rescale;
     const C sum = kept + term;
@@ -808,9 +810,8 @@ struct Plan {
 // the two passes once the 16-bit parts were copied by cp.async and their exponentials taken by ex2.approx
 // (exp_for; a cap of 2 was right before either): H100, bfloat16 softmax at 4096 x 131072 0.93 ms in 3 blocks
 // against 1.20 in two passes, 4096 x 262144 1.84 in 5 against 2.38, 4096 x 393216 2.93 in 7 against 3.56. In 16
-// blocks it ran 4.42 there.
-// Their backward, and float32 both ways, ran faster staged in up to 16 (4096 x 393216 bfloat16 softmax backward:
-// 5.19 ms in 8 blocks, 5.39 in two passes).
+// blocks it ran 4.42 there. Their backward, and float32 both ways, ran faster staged in up to 16 (4096 x 393216
+// bfloat16 softmax backward: 5.19 ms in 8 blocks, 5.39 in two passes).
 constexpr int kMaxStagedCluster16Forward = kMaxCluster;
 
 // Cluster sizes a row is staged in by default: up to 8, then 16 (Hopper). With two blocks an SM, sizes between

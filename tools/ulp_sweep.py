@@ -26,9 +26,9 @@ def case_errors(name, x, seed, worst_gradient=False):
     gradient drawn from `seed`, or with worst_gradient the one that puts the exact product's mantissa at 1.99:
     an error of f' relative to f' counts most in ulps of the product there."""
     case = t.CASES[name]
-    result = getattr(t, f"reference_{case.op}")(x.double(), *case.args, **case.kwargs)
+    terms = t.reference_terms(case, x)
     if worst_gradient:
-        derivative = result[1].abs()
+        derivative = terms[1].abs()
         grad = torch.where(derivative > 0, 1.99 / derivative, 1.0).float()
     else:
         grad = torch.randn(x.shape, generator=torch.Generator(x.device).manual_seed(seed), device=x.device)
@@ -36,7 +36,7 @@ def case_errors(name, x, seed, worst_gradient=False):
     y = t.ours(name)(x_)
     (g,) = torch.autograd.grad(y, x_, grad)
     y = y.detach()
-    exact_y, floor_y, exact_g, floor_g = t.expected_results(case.op, result, y, grad.double(), torch.float32)
+    exact_y, floor_y, exact_g, floor_g = t.expected_results(case.op, terms, y, grad.double(), torch.float32)
     errors = []
     for actual, exact, floor in ((y, exact_y, floor_y), (g, exact_g, floor_g)):
         rounded = exact.float()
