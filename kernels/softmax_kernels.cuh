@@ -68,18 +68,17 @@ struct Num<__nv_bfloat16> {
 
 __device__ __forceinline__ float exp_(float v) { return expf(v); }
 __device__ __forceinline__ double exp_(double v) { return exp(v); }
-// exp(v) for a result held in S: expf / exp for float and double; for float16 and bfloat16 ex2.approx.f32 of
-// v log2(e), three instructions where expf takes about a dozen (the staged bfloat16 softmax forward was compute-bound
-// in its output pass: 4096 x 393216 in 8 blocks a row, 3.70 ms against log_softmax's 2.75). ex2.approx is within
-// 2^-22 relative (PTX ISA) and keeps subnormal results, which bfloat16 holds (__expf flushes them); rounding
-// v log2(e) adds 2^-24 |v log2(e)| relative, below 2^-16.5 for |v| < 104, past which exp(v) is 0 in both types:
-// under a 128th of a 16-bit ulp.
+// exp(v) for a result held in S: expf / exp for float and double; for float16 and bfloat16 __expf, which is
+// ex2.approx.f32 of v log2(e) (as exp_for_16bit in activations.cuh), two instructions where expf takes about a
+// dozen (the staged bfloat16 softmax forward was compute-bound in its output pass: 4096 x 393216 in 8 blocks a
+// row, 3.70 ms against log_softmax's 2.75). ex2.approx is within 2^-22 relative (PTX ISA) and, without -ftz (these
+// kernels are built without it), keeps subnormal results, which bfloat16 holds; rounding v log2(e) adds
+// 2^-24 |v log2(e)| relative, below 2^-16.5 for |v| < 104, past which exp(v) is 0 in both types: under a 128th of
+// a 16-bit ulp.
 template <class S, class C>
 __device__ __forceinline__ C exp_for(C v) {
   if constexpr (sizeof(S) == 2) {
-    float result;
-    asm("ex2.approx.f32 %0, %1;" : "=f"(result) : "f"(v * 1.44269504088896341f));
-    return result;
+    return __expf(v);
   } else {
     return exp_(v);
   }
@@ -223,9 +222,10 @@ __device__ __forceinline__ C block_reduce(C v, Op op, C* scratch) {
   v = warp_reduce<32>(v, op);
   if (threadIdx.x % 32 == 0) scratch[threadIdx.x / 32] = v;
   __syncthreads();
-  v = scratch[0];
+  const int first = threadIdx.x / kThreads * (kThreads / 32);  // this row's first warp: a block may hold several
+  v = scratch[first];
 #pragma unroll
-  for (int w = 1; w < kThreads / 32; ++w) v = op(v, scratch[w]);
+  for (int w = 1; w < kThreads / 32; ++w) v = op(v, scratch[first + w]);
   __syncthreads();  // scratch is reused by the next reduction
   return v;
 }
@@ -787,7 +787,7 @@ inline DeviceInfo device_info() {
 struct RegConfig {
   int threads, elements;
 };
-constexpr RegConfig kConfigs[] = {{32, 8}, {32, 32}, {256, 32}};
+constexpr RegConfig kConfigs[] = {{32, 8}, {32, 32}, {128, 16}, {256, 16}, {256, 32}};
 constexpr int kMaxCluster = 8;          // the portable cluster size
 constexpr int kMaxHopperCluster = 16;   // Hopper's largest (non-portable: allow_staging opts in)
 constexpr int64_t kStaticShared = 1024;  // room left for a kernel's static shared memory
@@ -832,7 +832,7 @@ inline bool vectors_line_up(const void* a, const void* b, const void* c) {
 
 // The plan for a call over `rows` rows of n elements (forward: a = x, b null; backward: a = grad_out, b = output).
 template <class S>
-Plan plan_rows(bool backward, int64_t rows, int64_t n, const void* a, const void* b, const void* out) {
+Plan plan_rows(bool backward, bool log, int64_t rows, int64_t n, const void* a, const void* b, const void* out) {
   Plan plan;
   const DeviceInfo device = device_info();
   const int64_t shared_limit = device.shared_per_block - kStaticShared;
@@ -852,6 +852,15 @@ Plan plan_rows(bool backward, int64_t rows, int64_t n, const void* a, const void
   };
   const auto fits_staged = [&](int cluster, int64_t limit) {
     return rows * cluster <= 0x7fffffff && staged_part(span, cluster, plan.vec) * static_cast<int64_t>(sizeof(S)) <= limit;
+  };
+  // A forward takes the first configuration that holds the row, so that the row fills most of it (131072 x 2048
+  // bfloat16 on the H100: 0.36 ms in 128 x 16 against 0.78 in 256 x 32). A backward past a warp's rows takes
+  // 256 threads (128 x 16 ran up to 19 % slower), and softmax's 32 elements each, half of them empty at 4096:
+  // it reads g a second time, from the cache, and fewer rows in flight leave more of g there (65536 x 4096
+  // bfloat16: 0.535 ms against 0.628 in 256 x 16). log_softmax's second read is of y, which the first pass did not
+  // touch, and the fuller 256 x 16 ran it 6 % faster at 4096 and 15 % at 2048.
+  const auto suits = [&](const RegConfig& c) {
+    return !backward || c.threads == 32 || (c.threads == 256 && (log || c.elements == 32));
   };
   const auto registers = [&](RegConfig config) {
     plan.path = Path::Registers;
@@ -877,7 +886,7 @@ Plan plan_rows(bool backward, int64_t rows, int64_t n, const void* a, const void
     if (n <= static_cast<int64_t>(largest.threads) * largest.elements) {
       if (plan.edges) set_vec(1);  // the register path has no edge code: a row off the grid goes element-wide
       for (const RegConfig& c : kConfigs)
-        if (static_cast<int64_t>(c.threads) * c.elements >= span) return registers(c);
+        if (static_cast<int64_t>(c.threads) * c.elements >= span && suits(c)) return registers(c);
     }
     // Longer rows: staged in the fewest blocks a row (a cluster on sm_90+) whose parts let two blocks share an SM.
     const int most = sizeof(S) == 2 && !backward ? std::min(max_cluster, kMaxStagedCluster16Forward) : max_cluster;
@@ -950,6 +959,8 @@ const char* with_reg_kernel(const Plan& plan, Fn&& fn) {
     return pick(integral_constant<int, E>{}, integral_constant<int, T>{});
   ACTIVATIONS_SOFTMAX_CONFIG(32, 8)
   ACTIVATIONS_SOFTMAX_CONFIG(32, 32)
+  ACTIVATIONS_SOFTMAX_CONFIG(128, 16)
+  ACTIVATIONS_SOFTMAX_CONFIG(256, 16)
   ACTIVATIONS_SOFTMAX_CONFIG(256, 32)
 #undef ACTIVATIONS_SOFTMAX_CONFIG
   return "internal error: unknown register configuration";
@@ -992,7 +1003,7 @@ const char* with_staged_kernel(Fn&& fn) {
 template <class S, bool kBackward>
 const char* run_rows(bool log, int64_t rows, int64_t n, const void* a, const void* b, void* out, void* workspace,
                      cudaStream_t stream) {
-  const Plan plan = plan_rows<S>(kBackward, rows, n, a, kBackward ? b : nullptr, out);
+  const Plan plan = plan_rows<S>(kBackward, log, rows, n, a, kBackward ? b : nullptr, out);
   const S* pa = static_cast<const S*>(a);
   const S* pb = static_cast<const S*>(b);
   S* po = static_cast<S*>(out);
@@ -1062,7 +1073,8 @@ const char* run_rows(bool log, int64_t rows, int64_t n, const void* a, const voi
 template <class S>
 int64_t workspace_bytes(bool backward, SoftmaxShape shape, const void* a, const void* b, const void* out) {
   if (shape.inner != 1 || shape.n == 0 || shape.outer == 0) return 0;
-  const Plan plan = plan_rows<S>(backward, shape.outer, shape.n, a, b, out);
+  // log picks among register configurations only, never the path: the workspace is the same for both.
+  const Plan plan = plan_rows<S>(backward, false, shape.outer, shape.n, a, b, out);
   return plan.path == Path::Split ? shape.outer * plan.parts * 2 * static_cast<int64_t>(sizeof(typename Num<S>::C)) : 0;
 }
 
