@@ -396,7 +396,7 @@ def build_plan(cuda_arch=None, cpu_only=None):
 # less on the 2-core machine (8 alternating runs: 13.4-15.1 s against 14.3-18.4 s at -O2, which in turn had saved
 # 4 s on -O3). The price: in the calmest of the CPU runs that alternated the two builds, the loops took 0-8 % longer
 # (bfloat16 ELU the most, float32 ReLU not at all); the host time of a call on the H100 machine did not change
-# beyond its noise (results/h100-2026-11-23-f/overhead_ab.log).
+# beyond its noise (alternating runs of bench.py --overhead with the two builds).
 # ggc-min-heapsize (KiB): g++ collects its garbage only once its heap passes 1 GiB. Compiling this file takes
 # about 0.9 GiB, so it never collects; with the default, 128 MiB, it spent 0.6-0.9 s collecting on the way there.
 # -fno-trapping-math: lets g++ evaluate both sides of a select in the CPU loops, which it must to vectorize them

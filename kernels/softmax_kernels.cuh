@@ -855,7 +855,7 @@ Plan plan_rows(bool backward, bool log, int64_t rows, int64_t n, const void* a, 
   };
   // A forward takes the first configuration that holds the row, so that the row fills most of it (131072 x 2048
   // bfloat16 on the H100: 0.36 ms in 128 x 16 against 0.78 in 256 x 32). A backward past a warp's rows takes
-  // 256 threads (128 x 16 ran up to 19 % slower), and softmax's 32 elements each, half of them empty at 4096:
+  // 256 threads (128 x 16 ran up to 16 % slower), and softmax's 32 elements each, half of them empty at 4096:
   // it reads g a second time, from the cache, and fewer rows in flight leave more of g there (65536 x 4096
   // bfloat16: 0.535 ms against 0.628 in 256 x 16). log_softmax's second read is of y, which the first pass did not
   // touch, and the fuller 256 x 16 ran it 6 % faster at 4096 and 15 % at 2048.
