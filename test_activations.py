@@ -384,6 +384,17 @@ def test_forward_and_backward_match_float64(name, dtype, device):
         assert torch.equal(as_bits(ours(name)(x)), as_bits(y.detach()))
 
 
+def check_at_random_gradient(name, x, what):
+    """Our forward and backward of case `name` at x, the backward at a fresh random incoming gradient in x's dtype,
+    against the float64 reference (check_values_and_gradient)."""
+    seed = fresh_seed()
+    grad = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)).to(x.dtype).to(x.device)
+    x_ = x.clone().requires_grad_()
+    y = ours(name)(x_)
+    (g,) = torch.autograd.grad(y, x_, grad)
+    check_values_and_gradient(name, x, y, g, grad, x.dtype, what, seed)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", CASES)
 def test_float32_whole_range(name, device):
@@ -393,12 +404,7 @@ def test_float32_whole_range(name, device):
     patterns = torch.arange(0, 2**31, 1024, dtype=torch.int64)
     magnitudes = patterns.to(torch.int32).view(torch.float32)
     x = torch.cat([magnitudes, -magnitudes, torch.tensor([float("inf"), float("-inf"), float("nan")])]).to(device)
-    seed = fresh_seed()
-    grad = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)).to(device)
-    x_ = x.clone().requires_grad_()
-    y = ours(name)(x_)
-    (g,) = torch.autograd.grad(y, x_, grad)
-    check_values_and_gradient(name, x, y, g, grad, torch.float32, f"{name} float32 {device} sweep", seed)
+    check_at_random_gradient(name, x, f"{name} float32 {device} sweep")
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -409,12 +415,7 @@ def test_16bit_every_input(name, dtype, device):
     and backward at a random gradient, against float64: correctly rounded or one ulp off everywhere, whichever
     formula the 16-bit result takes (the GPU's approximate intrinsics, the CPU's plain slope product)."""
     x = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype).to(device)
-    seed = fresh_seed()
-    grad = torch.randn(x.shape, generator=torch.Generator().manual_seed(seed)).to(dtype).to(device)
-    x_ = x.clone().requires_grad_()
-    y = ours(name)(x_)
-    (g,) = torch.autograd.grad(y, x_, grad)
-    check_values_and_gradient(name, x, y, g, grad, dtype, f"{name} {dtype} {device} every input", seed)
+    check_at_random_gradient(name, x, f"{name} {dtype} {device} every input")
 
 
 @pytest.mark.parametrize("device", DEVICES)
