@@ -1009,8 +1009,9 @@ def softmax_theirs(name):
 
 
 def softmax_rows(n, rows, dtype, device, seed):
-    """rows rows of n normal values of several scales, then (for n >= 3) a row with zeros and -inf entries, a row of
-    huge values, a row with a NaN, a row with +inf, and a row of all -inf."""
+    """rows rows of n normal values of several scales, then (for n >= 3) a row with zeros and -inf entries, a row whose
+    first half is -inf (whole blocks of a staged row and parts of a split one hold only -inf), a row of huge values,
+    a row with a NaN, a row with +inf, and a row of all -inf."""
     g = torch.Generator().manual_seed(seed)
     scale = torch.tensor([1.0, 10.0, 0.01, 30.0], dtype=torch.float64)[torch.arange(rows) % 4].unsqueeze(1)
     x = torch.randn(rows, n, generator=g, dtype=torch.float64) * scale
@@ -1021,6 +1022,9 @@ def softmax_rows(n, rows, dtype, device, seed):
         special[::3] = 0.0
         special[1::5] = float("-inf")
         specials.append(special)
+        first_half_masked = x[3 % rows].clone()
+        first_half_masked[: n // 2] = float("-inf")
+        specials.append(first_half_masked)
         specials.append(torch.where(torch.rand(n, generator=g) < 0.5, -1.0, 1.0).double() * big)
         with_nan = x[1 % rows].clone()
         with_nan[n // 2] = float("nan")

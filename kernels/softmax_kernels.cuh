@@ -95,10 +95,14 @@ __device__ __forceinline__ C max_nan(C a, C b) {
 struct Max {
   template <class C>
   __device__ __forceinline__ C operator()(C a, C b) const { return max_nan(a, b); }
+  template <class C>
+  static __device__ __forceinline__ C identity() { return -INFINITY; }
 };
 struct Sum {
   template <class C>
   __device__ __forceinline__ C operator()(C a, C b) const { return a + b; }
+  template <class C>
+  static __device__ __forceinline__ C identity() { return C(0); }
 };
 
 template <class S, int V>
@@ -231,25 +235,66 @@ __device__ __forceinline__ C block_reduce(C v, Op op, C* scratch) {
 }
 
 // Over the blocks of the cluster: `v` is this block's value (the same in all its threads). Each block publishes
-// it in its `slot`; thread 0 reads every block's in rank order (so all blocks get the same bits) and shares the
-// result through `result`. The caller syncs the cluster once more before exiting, so that no block's shared
-// memory goes away while another reads it.
+// it in its `slot`; lane b of the first warp reads block b's (cluster sizes are at most 16), so that the remote
+// reads are in flight together, and the warp's tree combines them in the same order in every block (all blocks
+// get the same bits). Read one after another, the 16 remote reads of a 16-block cluster took about 16 times a
+// distributed-shared-memory latency per reduction, two reductions a row. The result is shared through `result`.
+// The caller syncs the cluster once more before exiting, so that no block's shared memory goes away while another
+// reads it.
 template <class C, class Op>
 __device__ __forceinline__ C cluster_reduce(C v, Op op, C* slot, C* result) {
 #if ACTIVATIONS_SOFTMAX_CLUSTERS
   cg::cluster_group cluster = cg::this_cluster();
   if (threadIdx.x == 0) *slot = v;
   cluster.sync();
-  if (threadIdx.x == 0) {
-    C r = *cluster.map_shared_rank(slot, 0);
-    for (unsigned b = 1; b < cluster.num_blocks(); ++b) r = op(r, *cluster.map_shared_rank(slot, b));
-    *result = r;
+  if (threadIdx.x < 32) {
+    const unsigned lane = threadIdx.x;
+    C r = lane < cluster.num_blocks() ? *cluster.map_shared_rank(slot, lane) : Op::template identity<C>();
+    r = warp_reduce<32>(r, op);
+    if (lane == 0) *result = r;
   }
   __syncthreads();
   return *result;
 #else
   __trap();
   return v;
+#endif
+}
+
+// The row's max and sum of exp(x - max), from each block's own max m_b and sum s_b of exp(x - m_b), in one
+// exchange over the cluster (one cluster-wide sync a row where a max and then a sum took two): lane b of the first
+// warp reads block b's pair, the warp takes the row's max M and sums s_b exp(m_b - M), in the same order in every
+// block. A block whose part is all -inf (or past the row's end) has s_b = 0 and adds 0; a row of all -inf gets a
+// sum of 0, and exp(x - M) / 0 is NaN, as torch's; a NaN or +inf anywhere makes the sum NaN. slots: 4 values of
+// shared memory.
+template <class S, class C>
+__device__ __forceinline__ void cluster_combine(C& m, C& s, C* slots) {
+#if ACTIVATIONS_SOFTMAX_CLUSTERS
+  cg::cluster_group cluster = cg::this_cluster();
+  if (threadIdx.x == 0) {
+    slots[0] = m;
+    slots[1] = s;
+  }
+  cluster.sync();
+  if (threadIdx.x < 32) {
+    const unsigned lane = threadIdx.x;
+    C block_m = -INFINITY, block_s = 0;
+    if (lane < cluster.num_blocks()) {
+      block_m = *cluster.map_shared_rank(&slots[0], lane);
+      block_s = *cluster.map_shared_rank(&slots[1], lane);
+    }
+    const C row_m = warp_reduce<32>(block_m, Max{});
+    const C row_s = warp_reduce<32>(block_s == C(0) ? C(0) : block_s * exp_for<S>(block_m - row_m), Sum{});
+    if (lane == 0) {
+      slots[2] = row_m;
+      slots[3] = row_s;
+    }
+  }
+  __syncthreads();
+  m = slots[2];
+  s = slots[3];
+#else
+  __trap();
 #endif
 }
 
@@ -492,14 +537,17 @@ __global__ void __launch_bounds__(kStagedThreads, 2)
           for (int k = 0; k < V; ++k) m = max_nan(m, N::load(q.v[k]));
         });
   }
-  m = RowReduce<kStagedThreads, kCluster>::run(m, Max{}, scratch, &slots[0], &slots[1]);
+  // The block's own max and sum, then one exchange over the cluster for the row's (cluster_combine).
+  m = block_reduce<kStagedThreads>(m, Max{}, scratch);
+  const C block_max = m == -INFINITY ? C(0) : m;  // a part of only -inf (or only fill) sums to 0, not NaN
   C s = 0;
   for (int64_t j = threadIdx.x; j < count; j += kStagedThreads) {
     const Vec<S, V> q = stage[j];
 #pragma unroll
-    for (int k = 0; k < V; ++k) s += exp_for<S>(N::load(q.v[k]) - m);  // -inf fill: exp gives 0
+    for (int k = 0; k < V; ++k) s += exp_for<S>(N::load(q.v[k]) - block_max);  // -inf fill: exp gives 0
   }
-  s = RowReduce<kStagedThreads, kCluster>::run(s, Sum{}, scratch, &slots[2], &slots[3]);
+  s = block_reduce<kStagedThreads>(s, Sum{}, scratch);
+  if constexpr (kCluster) cluster_combine<S>(m, s, slots);
   const C log_s = log ? log_(s) : C(0), inv_s = C(1) / s;
   S* yr = y + row * n;
   for (int64_t j = threadIdx.x; j < count; j += kStagedThreads) {
@@ -790,6 +838,7 @@ struct RegConfig {
 constexpr RegConfig kConfigs[] = {{32, 8}, {32, 32}, {128, 16}, {256, 16}, {256, 32}};
 constexpr int kMaxCluster = 8;          // the portable cluster size
 constexpr int kMaxHopperCluster = 16;   // Hopper's largest (non-portable: allow_staging opts in)
+static_assert(kMaxHopperCluster <= 32, "cluster_reduce reads one block's slot per lane of a warp");
 constexpr int64_t kStaticShared = 1024;  // room left for a kernel's static shared memory
 
 enum class Path { Registers, Staged, Split };
@@ -814,9 +863,13 @@ struct Plan {
 // bfloat16 softmax backward: 5.19 ms in 8 blocks, 5.39 in two passes).
 constexpr int kMaxStagedCluster16Forward = kMaxCluster;
 
-// Cluster sizes a row is staged in by default: up to 8, then 16 (Hopper). With two blocks an SM, sizes between
-// (14 blocks: 7 SMs) leave SMs of a GPC idle: 4096 x 393216 float32 ran 6.54 ms in 14 blocks, 6.10 in 16.
-inline bool staged_cluster_size(int cluster) { return cluster <= kMaxCluster || cluster == kMaxHopperCluster; }
+// Cluster sizes a row is staged in by default: powers of two (1, 2, 4, 8, 16 blocks: half an SM to 8 SMs at two
+// blocks an SM), which pack a GPC's SMs; other sizes left SMs idle and ran slower although their parts were fuller
+// (results/h200-2026-11-25/cluster_sizes.log, H200, softmax: 8192 x 65536 float32 forward 1.39 ms in 3 blocks,
+// 1.29 in 4; 4096 x 131072 float32 forward 1.39 in 5, 1.44 in 6, 1.31 in 8; bfloat16 4096 x 131072 0.84 in 3, 0.72
+// in 4; 4096 x 262144 1.60 in 5, 1.73 in 6, 1.47 in 8; 4096 x 393216 forward 2.53 in 7, 2.37 in 8, backward 4.50
+// in 7, 4.10 in 8; earlier, H100, 4096 x 393216 float32 6.54 ms in 14 blocks, 6.10 in 16).
+inline bool staged_cluster_size(int cluster) { return (cluster & (cluster - 1)) == 0; }
 
 // The grid positions each block of `cluster` holds when a row's `span` positions are staged: a multiple of vec.
 inline int64_t staged_part(int64_t span, int cluster, int vec) {
