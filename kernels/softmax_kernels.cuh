@@ -239,8 +239,8 @@ __device__ __forceinline__ C block_reduce(C v, Op op, C* scratch) {
 // reads are in flight together, and the warp's tree combines them in the same order in every block (all blocks
 // get the same bits). Read one after another, the 16 remote reads of a 16-block cluster took about 16 times a
 // distributed-shared-memory latency per reduction, two reductions a row. The result is shared through `result`.
-// The caller syncs the cluster once more before exiting, so that no block's shared memory goes away while another
-// reads it.
+// Once a kernel: the block then exits through cluster_exit_sync<true> (arriving early ran the bfloat16 backward
+// at 4096 x 393216 in 5.01 ms against 5.15, float32 as before: results/h100-2026-11-25/ab_cluster_exit.log).
 template <class C, class Op>
 __device__ __forceinline__ C cluster_reduce(C v, Op op, C* slot, C* result) {
 #if ACTIVATIONS_SOFTMAX_CLUSTERS
@@ -254,6 +254,7 @@ __device__ __forceinline__ C cluster_reduce(C v, Op op, C* slot, C* result) {
     if (lane == 0) *result = r;
   }
   __syncthreads();
+  __cluster_barrier_arrive_relaxed();  // done reading the other blocks' memory: see cluster_exit_sync
   return *result;
 #else
   __trap();
@@ -266,8 +267,8 @@ __device__ __forceinline__ C cluster_reduce(C v, Op op, C* slot, C* result) {
 // warp reads block b's pair, the warp takes the row's max M and sums s_b exp(m_b - M), in the same order in every
 // block. A block whose part is all -inf (or past the row's end) has s_b = 0 and adds 0; a row of all -inf gets a
 // sum of 0, and exp(x - M) / 0 is NaN, as torch's; a NaN or +inf anywhere makes the sum NaN. slots: 4 values of
-// shared memory.
-template <class S, class C>
+// shared memory. Once a kernel: the block then exits through cluster_exit_sync<kArriveEarly>.
+template <bool kArriveEarly, class S, class C>
 __device__ __forceinline__ void cluster_combine(C& m, C& s, C* slots) {
 #if ACTIVATIONS_SOFTMAX_CLUSTERS
   cg::cluster_group cluster = cg::this_cluster();
@@ -291,6 +292,7 @@ __device__ __forceinline__ void cluster_combine(C& m, C& s, C* slots) {
     }
   }
   __syncthreads();
+  if constexpr (kArriveEarly) __cluster_barrier_arrive_relaxed();  // done reading the others' memory
   m = slots[2];
   s = slots[3];
 #else
@@ -313,9 +315,19 @@ struct RowReduce {
   }
 };
 
+// Before a block of a cluster exits: the wait for every block to be done reading its shared memory. Where the
+// blocks arrived at that barrier as soon as their one exchange had read the others' slots (kArrivedEarly:
+// cluster_reduce always, cluster_combine when told), they only wait here, after their writing pass, and the
+// barrier's latency is hidden; otherwise the cluster syncs here. Relaxed: the remote reads are complete (their
+// values were used) before a block arrives.
+template <bool kArrivedEarly>
 __device__ __forceinline__ void cluster_exit_sync() {
 #if ACTIVATIONS_SOFTMAX_CLUSTERS
-  cg::this_cluster().sync();
+  if constexpr (kArrivedEarly) {
+    __cluster_barrier_wait();
+  } else {
+    cg::this_cluster().sync();
+  }
 #endif
 }
 
@@ -547,7 +559,12 @@ __global__ void __launch_bounds__(kStagedThreads, 2)
     for (int k = 0; k < V; ++k) s += exp_for<S>(N::load(q.v[k]) - block_max);  // -inf fill: exp gives 0
   }
   s = block_reduce<kStagedThreads>(s, Sum{}, scratch);
-  if constexpr (kCluster) cluster_combine<S>(m, s, slots);
+  // Arriving early at the exit barrier (cluster_exit_sync) ran float32 rows faster and 16-bit rows, whose parts
+  // are copied by cp.async, slower (H100, results/h100-2026-11-25/ab_cluster_exit.log: softmax 4096 x 393216
+  // float32 5.10 -> 4.78 ms, 8192 x 50257 1.24 -> 1.20; bfloat16 4096 x 393216 2.63 -> 2.81, 4096 x 131072 0.81
+  // -> 0.83).
+  constexpr bool kArriveEarly = sizeof(S) != 2;
+  if constexpr (kCluster) cluster_combine<kArriveEarly, S>(m, s, slots);
   const C log_s = log ? log_(s) : C(0), inv_s = C(1) / s;
   S* yr = y + row * n;
   for (int64_t j = threadIdx.x; j < count; j += kStagedThreads) {
@@ -557,7 +574,7 @@ __global__ void __launch_bounds__(kStagedThreads, 2)
       return log ? (v - m) - log_s : exp_for<S>(v - m) * inv_s;
     });
   }
-  if constexpr (kCluster) cluster_exit_sync();
+  if constexpr (kCluster) cluster_exit_sync<kArriveEarly>();
 }
 
 // As regs_backward: softmax stages y and reads g again in the second pass (from L2: the cluster's parts of g
@@ -606,7 +623,7 @@ __global__ void __launch_bounds__(kStagedThreads, 2)
           return log ? kv - exp_for<S>(ok) * d : kv * (ok - d);
         });
       });
-  if constexpr (kCluster) cluster_exit_sync();
+  if constexpr (kCluster) cluster_exit_sync<true>();
 }
 
 // ---------------------------------------------------------------------------------------------------------------
