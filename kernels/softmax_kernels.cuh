@@ -68,9 +68,9 @@ struct Num<__nv_bfloat16> {
 
 __device__ __forceinline__ float exp_(float v) { return expf(v); }
 __device__ __forceinline__ double exp_(double v) { return exp(v); }
-// exp(v) for a result held in S: expf / exp for float and double; for float16 and bfloat16 __expf, which is
-// ex2.approx.f32 of v log2(e) (as exp_for_16bit in activations.cuh), two instructions where expf takes about a
-// dozen (the staged bfloat16 softmax forward was compute-bound in its output pass: 4096 x 393216 in 8 blocks a
+// exp(v) for a result held in S: expf / exp for float and double; for float16 and bfloat16 the elementwise
+// kernels' exp_for_16bit (activations.cuh), __expf on the GPU: ex2.approx.f32 of v log2(e), two instructions where
+// expf takes about a dozen (the staged bfloat16 softmax forward was compute-bound in its output pass: 4096 x 393216 in 8 blocks a
 // row, 3.70 ms against log_softmax's 2.75). ex2.approx is within 2^-22 relative (PTX ISA) and, without -ftz (these
 // kernels are built without it), keeps subnormal results, which bfloat16 holds; rounding v log2(e) adds
 // 2^-24 |v log2(e)| relative, below 2^-16.5 for |v| < 104, past which exp(v) is 0 in both types: under a 128th of
@@ -78,13 +78,22 @@ __device__ __forceinline__ double exp_(double v) { return exp(v); }
 template <class S, class C>
 __device__ __forceinline__ C exp_for(C v) {
   if constexpr (sizeof(S) == 2) {
-    return __expf(v);
+    return exp_for_16bit(v);
   } else {
     return exp_(v);
   }
 }
 __device__ __forceinline__ float log_(float v) { return logf(v); }
 __device__ __forceinline__ double log_(double v) { return log(v); }
+
+// s, a sum of exp(x - m) over some of a row's values, as a sum of exp(x - row_max) (row_max >= m, the max over
+// all of them): 0 where those values were all -inf (m = -inf, s = 0) or the whole row is (row_max = -inf), a NaN
+// kept. Merging partial (max, sum) pairs, within a block (block_merge) and across a cluster (cluster_combine).
+template <class S, class C>
+__device__ __forceinline__ C rescaled_sum(C m, C s, C row_max) {
+  if (s != s) return s;
+  return (m == -INFINITY || row_max == -INFINITY) ? C(0) : s * exp_for<S>(m - row_max);
+}
 
 // The max that keeps a NaN (fmax would drop it, and a row with a NaN must give NaN everywhere).
 template <class C>
@@ -285,7 +294,7 @@ __device__ __forceinline__ void cluster_combine(C& m, C& s, C* slots) {
       block_s = *cluster.map_shared_rank(&slots[1], lane);
     }
     const C row_m = warp_reduce<32>(block_m, Max{});
-    const C row_s = warp_reduce<32>(block_s == C(0) ? C(0) : block_s * exp_for<S>(block_m - row_m), Sum{});
+    const C row_s = warp_reduce<32>(rescaled_sum<S>(block_m, block_s, row_m), Sum{});
     if (lane == 0) {
       slots[2] = row_m;
       slots[3] = row_s;
@@ -648,9 +657,7 @@ __device__ __forceinline__ void online_add(C& m, C& s, const C* v, int count) {
 template <class C>
 __device__ __forceinline__ void block_merge(C& m, C& s, C* scratch) {
   const C big = block_reduce<kSplitThreads>(m, Max{}, scratch);
-  C scaled = (m == -INFINITY || big == -INFINITY) ? C(0) : s * exp_(m - big);
-  if (s != s) scaled = s;
-  s = block_reduce<kSplitThreads>(scaled, Sum{}, scratch);
+  s = block_reduce<kSplitThreads>(rescaled_sum<C>(m, s, big), Sum{}, scratch);  // exp_, in C's precision
   m = big;
 }
 
