@@ -764,25 +764,52 @@ else:
 # Python API: functions and modules, one of each per row of the op table, with torch's signatures.
 #
 # Each function calls its operator's raw entry point (OpOverload._op), which skips the Python frame of
-# OpOverload.__call__ (0.1-0.4 us of a 3-12 us small call), except under torch.compile: dynamo traces OpOverloads
+# OpOverload.__call__ (0.1-0.4 us of a 3-12 us small call), except when traced (below): dynamo traces OpOverloads
 # and would break the graph at a raw entry point (it treats torch.compiler.is_dynamo_compiling() as the constant
-# True). Other tracers (torch.export's non-strict mode, make_fx) see the raw call in the dispatcher like any other.
+# True). Other tracers (make_fx, torch.func's transforms) see the raw call in the dispatcher like any other.
 # is_dynamo_compiling costs 50 ns a call here, is_compiling 100 ns (it asks TorchScript too). The functions are
 # written out from a template (below) rather than built around *args: binding arguments generically would cost
 # more than the call itself at small sizes.
 
 _compiling = torch.compiler.is_dynamo_compiling
 
+# Under torch.compile and torch.export, an elementwise function hands the tracer torch's own function (the row's
+# torch_function, or torch's in-place form) instead of our operator, unless FUSE_UNDER_COMPILE is False. Inductor
+# (torch.compile's compiler, and AOTInductor's for exported programs) fuses torch's activation into its neighbours
+# (a convolution's BatchNorm, a matmul's epilogue) and cannot fuse an operator of ours, which stays a kernel of its
+# own with its own pass over memory: the GPU time of a compiled CNN training step grew by up to 6.5 % with our
+# operators kept (docs/performance.md, whole training steps). On its own, inductor's code for one of these
+# activations runs at the copy floor as ours does. What changes: traced code computes torch's formulas (to torch's
+# accuracy, not ours), saves what torch's derivatives save (not our 1-bit mask), and an exported program holds
+# torch's operators (it then runs without this module). softmax and log_softmax always stay ours: inductor's
+# softmax is off the floor for long rows (docs/performance.md, softmax). Dynamo reads the flag when it traces and
+# guards on it: changing it recompiles.
+#
+# Tracing is told by dynamo (torch.compiler.is_dynamo_compiling: torch.compile, and torch.export's strict mode) or
+# by the flag torch.export sets while it runs the Python code itself (its non-strict mode). torch.compiler.
+# is_exporting() cannot tell them apart portably: torch 2.11's dynamo folds it to True under torch.compile too.
+FUSE_UNDER_COMPILE = True
+
+_compiler = torch.compiler
+
+
 _FUNCTION = """
 def {name}(x{signature}{inplace_parameter}):
     \"\"\"{doc}\"\"\"
-{inplace_branch}    return _ops.{name}.default(x{call}) if _compiling() else _ops_raw[{name!r}](x{call})
+{inplace_branch}    if _compiling() or _compiler._is_exporting_flag:
+        return _torch_functions[{name!r}](x{call}) if FUSE_UNDER_COMPILE else _ops.{name}.default(x{call})
+    return _ops_raw[{name!r}](x{call})
 """
 
 _INPLACE_FUNCTION = """
 def {name}_(x{signature}):
     \"\"\"{name} in place, as torch's; returns x.\"\"\"
-    _ops.{name}_.default(x{call}) if _compiling() else _ops_raw[{name!r} + "_"](x{call})
+    if not (_compiling() or _compiler._is_exporting_flag):
+        _ops_raw[{name!r} + "_"](x{call})
+    elif FUSE_UNDER_COMPILE:
+        _torch_functions[{name!r} + "_"](x{call})
+    else:
+        _ops.{name}_.default(x{call})
     return x
 """
 
@@ -819,11 +846,23 @@ def _python_sources(row):
     return sources
 
 
+def _torch_inplace_function(row):
+    """torch's in-place form of a row's activation, called as f(x, *params): torch.<name>_ for rows whose in-place
+    form is a function of its own (sigmoid_, tanh_), else torch.nn.functional.<name>(..., inplace=True)."""
+    if row.inplace == "function":
+        return getattr(torch, row.name + "_")
+    return functools.partial(getattr(F, row.name), inplace=True)
+
+
 _ops = torch.ops.activations
 _ops_raw = {}  # operator name -> its raw entry point
+_torch_functions = {}  # operator name -> torch's function that compiled code calls instead (FUSE_UNDER_COMPILE)
 for _row in OPS.values():
     for _name in (_row.name, _row.name + "_") if _row.inplace else (_row.name,):
         _ops_raw[_name] = getattr(_ops, _name).default._op
+    _torch_functions[_row.name] = _row.torch_function
+    if _row.inplace:
+        _torch_functions[_row.name + "_"] = _torch_inplace_function(_row)
     exec(_python_sources(_row), globals())
 
 swish = silu  # the name KernelBench (problem 25) and others use

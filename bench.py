@@ -74,8 +74,10 @@ without passing through Python's warnings.
 (Linear 4096->4096, activation, Linear 4096->4096; batch 8192), a CNN (4 x [Conv2d 64->64 3x3, BatchNorm2d,
 activation], channels_last, input 64 x 64 x 64 x 64) and a transformer MLP block (Linear(1024, 4096), activation,
 Linear(4096, 1024); 8192 tokens), built from torch's modules, against a deep copy on which
-activations.swap_activations put ours; eager and under torch.compile (--models eager,compiled picks; on the CPU only
-eager unless named; --compile/--no-compile is the main table's alone), in 3 rounds that alternate torch's and ours,
+activations.swap_activations put ours; eager, under torch.compile ("compiled": ours hand torch's functions to
+inductor, activations.FUSE_UNDER_COMPILE) and under torch.compile with our operators kept ("compiled-ours":
+FUSE_UNDER_COMPILE = False); --models eager,compiled picks (on the CPU only eager unless named; --compile/--no-compile
+is the main table's alone); in 3 rounds that alternate torch's and ours,
 the best round's median of each. Activations: MLP and CNN relu, leaky_relu, elu, selu, silu, gelu, mish; transformer
 block gelu, silu (those in activations.OPS and --ops). Before timing, the two models' outputs are compared (relative
 error of the norm). On the CPU the sizes are scaled down.
@@ -795,8 +797,9 @@ MODEL_SHAPES = {
     "cpu": {"mlp": (256, 256), "cnn": (8, 16, 16, 16), "transformer": (256, 64)},
 }
 CNN_LAYERS = 4
-MODEL_MODES = ("eager", "compiled")
-MODEL_SAMPLES, MODEL_ROUNDS = 10, 3  # each round the median of MODEL_SAMPLES steps
+MODEL_MODES = ("eager", "compiled", "compiled-ours")
+MODEL_SAMPLES, MODEL_ROUNDS = 20, 5  # each round the median of MODEL_SAMPLES steps
+MODEL_PROFILED_STEPS = 10  # steps whose kernels torch.profiler sums (the GPU's time per step)
 MODEL_TOLERANCE = 2e-2  # relative error of the two models' bfloat16 outputs
 
 
@@ -825,6 +828,23 @@ def training_step(model, x, device):
         optimizer.zero_grad(set_to_none=True)
 
     return step
+
+
+def gpu_ms_per_step(step):
+    """The time the GPU spends in kernels (and copies) per training step, summed by torch.profiler over
+    MODEL_PROFILED_STEPS steps. The CNN's step at bench.py's size launches about 2.2 ms of kernels and takes 3-5 ms of
+    wall clock: the host (Python, launches) sets its pace, and its wall-clock time moves by 0.2-0.3 ms between
+    rounds for reasons that have nothing to do with the activation. What the activation changes shows here."""
+    from torch.profiler import ProfilerActivity, profile
+
+    step()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(MODEL_PROFILED_STEPS):
+            step()
+        torch.cuda.synchronize()
+    device_events = [e for e in prof.key_averages() if e.device_type == torch.autograd.DeviceType.CUDA]
+    return sum(e.device_time_total for e in device_events) / MODEL_PROFILED_STEPS / 1000
 
 
 def relative_error(ours, theirs, x, device):
@@ -858,25 +878,34 @@ def run_models(device, modes, ops=None):
                         if not record["rel_error"] <= MODEL_TOLERANCE:
                             raise AssertionError(f"outputs differ: relative error {record['rel_error']:.3g}")
                     models = {"torch": theirs, "ours": ours}
-                    if mode == "compiled":
+                    if mode != "eager":
                         torch._dynamo.reset()  # a fresh cache for each pair (the recompile limit)
                         models = {impl: torch.compile(model) for impl, model in models.items()}
+                    # "compiled": ours hand torch's functions to inductor, which fuses them (FUSE_UNDER_COMPILE);
+                    # "compiled-ours": our operators stay in the compiled graph, kernels of their own.
+                    activations.FUSE_UNDER_COMPILE = mode != "compiled-ours"
                     steps = {impl: training_step(model, x, device) for impl, model in models.items()}
                     best = best_of_rounds(steps, device, MODEL_SAMPLES, MODEL_ROUNDS)
                     record.update({"torch_ms": best["torch"], "ours_ms": best["ours"]})
                     record["ratio"] = best["ours"] / best["torch"]
+                    if device.type == "cuda":
+                        gpu = {impl: gpu_ms_per_step(step) for impl, step in steps.items()}
+                        record.update({"torch_gpu_ms": gpu["torch"], "ours_gpu_ms": gpu["ours"],
+                                       "gpu_ratio": gpu["ours"] / gpu["torch"]})
                 except torch.cuda.OutOfMemoryError:
                     record["error"] = "out of memory"
                 except Exception as error:
                     record["error"] = error_text(error)
                     record["failed"] = mode == "eager"  # a torch.compile failure is a note, as in the main table
                 finally:
+                    activations.FUSE_UNDER_COMPILE = True
                     models = steps = None
                     release(device)
                 records.append(record)
                 what = record["error"] if "error" in record else (
                     f"torch {record['torch_ms']:.3f} ms, ours {record['ours_ms']:.3f} ms, "
-                    f"ours/torch {record['ratio']:.3f}")
+                    f"ours/torch {record['ratio']:.3f}" + (f"; GPU ours/torch {record['gpu_ratio']:.3f}"
+                                                            if "gpu_ratio" in record else ""))
                 print(f"model {kind} {name} {mode}: {what}", flush=True)
             del theirs, ours, x
             release(device)
@@ -1106,19 +1135,23 @@ def print_kernelbench(records):
 
 
 def print_models(records):
-    headers = ["model", "activation", "mode", "torch ms", "ours ms", "ours/torch", "rel. error"]
+    headers = ["model", "activation", "mode", "torch ms", "ours ms", "ours/torch", "torch GPU ms", "ours GPU ms",
+               "GPU ours/torch", "rel. error"]
     rows = []
     for r in records:
         if "error" in r:
             rows.append([r["model"], r["activation"], r["mode"], "n/a", "n/a", "FAILED" if r.get("failed") else "n/a",
-                         fmt(r.get("rel_error"), ".1e")])
+                         "n/a", "n/a", "n/a", fmt(r.get("rel_error"), ".1e")])
             continue
         rows.append([r["model"], r["activation"], r["mode"], f"{r['torch_ms']:.3f}", f"{r['ours_ms']:.3f}",
-                     f"{r['ratio']:.3f}", fmt(r.get("rel_error"), ".1e")])
+                     f"{r['ratio']:.3f}", fmt(r.get("torch_gpu_ms"), ".3f"), fmt(r.get("ours_gpu_ms"), ".3f"),
+                     fmt(r.get("gpu_ratio"), ".3f"), fmt(r.get("rel_error"), ".1e")])
     shapes = {r["model"]: " x ".join(map(str, r["shape"])) for r in records}
     print_table(
         "One training step (bfloat16 autocast, backward, SGD, zero_grad), torch's modules against ours swapped in; "
-        f"best of {MODEL_ROUNDS} alternating rounds of the median of {MODEL_SAMPLES} steps. Inputs: "
+        f"wall clock: best of {MODEL_ROUNDS} alternating rounds of the median of {MODEL_SAMPLES} steps; GPU: the "
+        f"kernels' time per step (torch.profiler, {MODEL_PROFILED_STEPS} steps). compiled: ours hand torch's functions "
+        "to inductor (FUSE_UNDER_COMPILE); compiled-ours: our operators kept. Inputs: "
         + ", ".join(f"{kind} {shape}" for kind, shape in shapes.items()),
         headers,
         rows,
@@ -1211,8 +1244,8 @@ def arguments(argv):
         nargs="?",
         const=[],
         metavar="MODES",
-        help="training steps of an MLP, a CNN and a transformer MLP block; MODES: eager,compiled (default: both on "
-        "the GPU, eager on the CPU)",
+        help="training steps of an MLP, a CNN and a transformer MLP block; MODES: eager,compiled,compiled-ours "
+        "(default: all on the GPU, eager on the CPU)",
     )
     parser.add_argument("--main", action="store_true", help="the main run too, beside the sections named")
     parser.add_argument(

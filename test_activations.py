@@ -739,9 +739,12 @@ def test_piecewise_linear_ops_have_every_derivative(name):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_torch_compile_of_a_double_backward_step(device):
-    """A training step with a gradient penalty, compiled by dynamo: the same gradients as eager. (torch.compile's
-    default backend, aot_autograd, refuses double backward for torch's own activations as for ours: the same error.)"""
+def test_torch_compile_of_a_double_backward_step(device, monkeypatch):
+    """A training step with a gradient penalty, compiled by dynamo with our operators in the graph: the same
+    gradients as eager. (torch.compile's default backend, aot_autograd, refuses double backward for torch's own
+    activations as for ours: the same error.)"""
+    monkeypatch.setattr(activations, "FUSE_UNDER_COMPILE", False)
+    torch._dynamo.reset()
     torch.manual_seed(fresh_seed())
     x = torch.randn(4, 8, device=device, dtype=torch.float64)
 
@@ -1592,14 +1595,61 @@ def test_training_step_peaks_no_higher_than_torch(name):
         assert peaks[0] < peaks[1] - tensor // 2
 
 
-@pytest.mark.parametrize("device", DEVICES)
-def test_torch_compile_fullgraph_matches_eager(device):
-    torch.manual_seed(fresh_seed())
+@pytest.fixture(params=[True, False], ids=["fused", "our-operators"])
+def fuse_under_compile(request, monkeypatch):
+    """activations.FUSE_UNDER_COMPILE both ways: torch's functions handed to the compiler, or our operators kept."""
+    monkeypatch.setattr(activations, "FUSE_UNDER_COMPILE", request.param)
+    torch._dynamo.reset()
+    yield request.param
+    torch._dynamo.reset()
+
+
+def every_op_model(device):
+    """Linear layers with each of our modules between them (in place too), and softmax at the end."""
     layers = [torch.nn.Linear(16, 32)]
     for row in activations.OPS.values():
         layers += [getattr(activations, row.torch_module.__name__)(), torch.nn.Linear(32, 32)]
-    layers += [activations.ReLU(inplace=True), torch.nn.Linear(32, 8)]
-    model = torch.nn.Sequential(*layers).to(device)
+    layers += [activations.ReLU(inplace=True), torch.nn.Linear(32, 32), activations.Hardtanh(-2.0, 3.0, inplace=True),
+               torch.nn.Linear(32, 8), activations.LogSoftmax(dim=-1)]
+    return torch.nn.Sequential(*layers).to(device)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_graph_holds_torch_functions_or_ours(fuse_under_compile, device):
+    """What dynamo hands the compiler: torch's own functions for the elementwise ops (inductor fuses them into
+    their neighbours) unless FUSE_UNDER_COMPILE is False, then our operators; softmax's operators either way."""
+    targets = []
+
+    def capture(graph_module, example_inputs):
+        targets.extend(str(node.target) for node in graph_module.graph.nodes if node.op == "call_function")
+        return graph_module
+
+    def in_place_calls(x):
+        activations.sigmoid_(x)
+        activations.tanh_(x)
+        return activations.relu6(activations.leaky_relu_(x, 0.2), inplace=True)
+
+    model = every_op_model(device)
+    x = torch.randn(4, 16, device=device)
+    torch.testing.assert_close(torch.compile(model, backend=capture, fullgraph=True)(x), model(x))
+    a, b = torch.randn(2, 9, device=device), torch.randn(2, 9, device=device)
+    b.copy_(a)
+    assert torch.compile(in_place_calls, backend=capture, fullgraph=True)(a) is a
+    torch.testing.assert_close(a, in_place_calls(b))
+    ours = {t.split(".")[1] for t in targets if t.startswith("activations.")}
+    if fuse_under_compile:
+        assert ours == {"log_softmax"}, targets
+        assert any("sigmoid_" in t for t in targets) and any("tanh_" in t for t in targets), targets
+    else:
+        assert ours == {*activations.OPS, "relu_", "hardtanh_", "sigmoid_", "tanh_", "leaky_relu_", "relu6_",
+                        "log_softmax"}, targets
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_fullgraph_matches_eager(fuse_under_compile, device):
+    """inductor's code, with torch's functions fused or our operators kept, gives eager's values and gradients."""
+    torch.manual_seed(fresh_seed())
+    model = every_op_model(device)
     x = torch.randn(4, 16, device=device)
     compiled = torch.compile(model, fullgraph=True)
     y_eager = model(x)
@@ -1614,16 +1664,21 @@ def test_torch_compile_fullgraph_matches_eager(device):
 
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
-def test_torch_export_keeps_our_operators(strict, device):
-    """torch.export traces the functions with dynamo (strict) or with the dispatcher alone (non-strict, where
-    the functions take their raw entry point): either way the graph holds our operators and runs like eager."""
+def test_torch_export_holds_torch_functions_or_ours(strict, fuse_under_compile, device):
+    """torch.export traces the functions with dynamo (strict) or runs them itself (non-strict): either way the
+    graph holds torch's operators (FUSE_UNDER_COMPILE), or ours when the flag is off, and runs like eager."""
     torch.manual_seed(fresh_seed())
-    model = torch.nn.Sequential(torch.nn.Linear(8, 8), *[getattr(activations, row.torch_module.__name__)()
-                                                         for row in activations.OPS.values()]).to(device)
-    x = torch.randn(3, 8, device=device)
+    model = every_op_model(device)
+    x = torch.randn(3, 16, device=device)
     exported = torch.export.export(model, (x,), strict=strict)
     targets = {str(node.target) for node in exported.graph.nodes if node.op == "call_function"}
-    assert {f"activations.{name}.default" for name in activations.OPS} <= targets, targets
+    ours = {t for t in targets if t.startswith("activations.")}
+    if fuse_under_compile:
+        assert ours == {"activations.log_softmax.default"}, targets
+        assert "aten.gelu.default" in targets and any(t.startswith("aten.hardtanh") for t in targets), targets
+    else:
+        assert ours == {f"activations.{name}.default" for name in [*activations.OPS, "relu_", "hardtanh_",
+                                                                   "log_softmax"]}, targets
     torch.testing.assert_close(exported.module()(x), model(x))
 
 
