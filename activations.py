@@ -7,7 +7,8 @@
 
 The ops are the rows of the op table OPS below (relu, leaky_relu, elu, selu, sigmoid, tanh, silu/swish, gelu,
 hardsigmoid, softplus, softsign, hardtanh, relu6, mish), and softmax and log_softmax from the small table
-REDUCTIONS beside it; each with double backward, forward-mode AD and a vmap batching rule.
+REDUCTIONS beside it; each with double backward, forward-mode AD and a vmap batching rule. Under torch.compile and
+torch.export the elementwise functions give the compiler torch's own, which it can fuse (FUSE_UNDER_COMPILE).
 
 At import this module reads the C++/CUDA sources in kernels/ (or the copy embedded in a generated single-file
 build), compiles them once with torch.utils.cpp_extension (two libraries, the operators and their autograd
@@ -777,13 +778,13 @@ _compiling = torch.compiler.is_dynamo_compiling
 # torch_function, or torch's in-place form) instead of our operator, unless FUSE_UNDER_COMPILE is False. Inductor
 # (torch.compile's compiler, and AOTInductor's for exported programs) fuses torch's activation into its neighbours
 # (a convolution's BatchNorm, a matmul's epilogue) and cannot fuse an operator of ours, which stays a kernel of its
-# own with its own pass over memory: the GPU time of a compiled CNN training step grew by up to 6.5 % with our
-# operators kept (docs/performance.md, whole training steps). On its own, inductor's code for one of these
-# activations runs at the copy floor as ours does. What changes: traced code computes torch's formulas (to torch's
-# accuracy, not ours), saves what torch's derivatives save (not our 1-bit mask), and an exported program holds
-# torch's operators (it then runs without this module). softmax and log_softmax always stay ours: inductor's
-# softmax is off the floor for long rows (docs/performance.md, softmax). Dynamo reads the flag when it traces and
-# guards on it: changing it recompiles.
+# own with its own pass over memory. So by default a compiled model with ours is torch's compiled model. With our
+# operators kept, a compiled CNN step took 6 % more GPU time with relu and 3-14 % less with six other activations
+# (docs/performance.md, whole training steps): the flag is the user's choice. What the default changes: traced code
+# computes torch's formulas (to torch's accuracy, not ours), saves what torch's derivatives save (not our 1-bit
+# mask), and an exported program holds torch's operators (it runs without this module). softmax and log_softmax
+# always stay ours: inductor's softmax is off the floor for long rows (docs/performance.md, softmax). Dynamo reads
+# the flag when it traces and guards on it: changing it recompiles.
 #
 # Tracing is told by dynamo (torch.compiler.is_dynamo_compiling: torch.compile, and torch.export's strict mode) or
 # by the flag torch.export sets while it runs the Python code itself (its non-strict mode). torch.compiler.
