@@ -805,12 +805,10 @@ def {name}(x{signature}{inplace_parameter}):
 _INPLACE_FUNCTION = """
 def {name}_(x{signature}):
     \"\"\"{name} in place, as torch's; returns x.\"\"\"
-    if not (_compiling() or _compiler._is_exporting_flag):
-        _ops_raw[{name!r} + "_"](x{call})
-    elif FUSE_UNDER_COMPILE:
-        _torch_functions[{name!r} + "_"](x{call})
+    if _compiling() or _compiler._is_exporting_flag:
+        (_torch_functions[{name!r} + "_"] if FUSE_UNDER_COMPILE else _ops.{name}_.default)(x{call})
     else:
-        _ops.{name}_.default(x{call})
+        _ops_raw[{name!r} + "_"](x{call})
     return x
 """
 

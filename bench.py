@@ -77,8 +77,9 @@ Linear(4096, 1024); 8192 tokens), built from torch's modules, against a deep cop
 activations.swap_activations put ours; eager, under torch.compile ("compiled": ours hand torch's functions to
 inductor, activations.FUSE_UNDER_COMPILE) and under torch.compile with our operators kept ("compiled-ours":
 FUSE_UNDER_COMPILE = False); --models eager,compiled picks (on the CPU only eager unless named; --compile/--no-compile
-is the main table's alone); in 3 rounds that alternate torch's and ours,
-the best round's median of each. Activations: MLP and CNN relu, leaky_relu, elu, selu, silu, gelu, mish; transformer
+is the main table's alone). Wall clock: 5 rounds that alternate torch's and ours, the best round's median of 20
+steps each; on the GPU also the kernels' time per step (torch.profiler over 10 steps), which the host's pace does not
+move. Activations: MLP and CNN relu, leaky_relu, elu, selu, silu, gelu, mish; transformer
 block gelu, silu (those in activations.OPS and --ops). Before timing, the two models' outputs are compared (relative
 error of the norm). On the CPU the sizes are scaled down.
 
@@ -832,9 +833,9 @@ def training_step(model, x, device):
 
 def gpu_ms_per_step(step):
     """The time the GPU spends in kernels (and copies) per training step, summed by torch.profiler over
-    MODEL_PROFILED_STEPS steps. The CNN's step at bench.py's size launches about 2.2 ms of kernels and takes 3-5 ms of
-    wall clock: the host (Python, launches) sets its pace, and its wall-clock time moves by 0.2-0.3 ms between
-    rounds for reasons that have nothing to do with the activation. What the activation changes shows here."""
+    MODEL_PROFILED_STEPS steps. The CNN's step at bench.py's size launches 1.7-2.6 ms of kernels and takes 2.9-4.7 ms
+    of wall clock: the host (Python, launches) sets its pace, and one model's rounds moved between 3.5 and 6.4 ms
+    for reasons that have nothing to do with the activation. What the activation changes shows here."""
     from torch.profiler import ProfilerActivity, profile
 
     step()
@@ -858,6 +859,7 @@ def run_models(device, modes, ops=None):
     """Each model with each of its activations (those in activations.OPS and ops): torch's modules against a deep
     copy with ours swapped in, in each mode, torch's and ours alternating in MODEL_ROUNDS rounds."""
     records = []
+    fuse_as_set = activations.FUSE_UNDER_COMPILE  # each mode sets the flag; the user's value comes back after it
     for kind, names in MODEL_ACTIVATIONS.items():
         shape = MODEL_SHAPES[device.type][kind]
         for name in (n for n in names if n in activations.OPS and (not ops or n in ops)):
@@ -898,7 +900,7 @@ def run_models(device, modes, ops=None):
                     record["error"] = error_text(error)
                     record["failed"] = mode == "eager"  # a torch.compile failure is a note, as in the main table
                 finally:
-                    activations.FUSE_UNDER_COMPILE = True
+                    activations.FUSE_UNDER_COMPILE = fuse_as_set
                     models = steps = None
                     release(device)
                 records.append(record)
