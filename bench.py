@@ -94,6 +94,8 @@ alone on a saved output: ours activations::softmax_backward, torch's aten::_soft
 torch.compile of torch's: at KernelBench's shape only, unless --compile), in alternating rounds, medians of CUDA
 events. "% floor" relates ours to the bytes a pass
 must move (forward: read x, write y; backward: read g and y, write the gradient) at the run's float32 copy rate.
+Where Liger-Kernel is importable (`liger_kernel.ops.softmax`), softmax over the last dim gets a liger column too: its
+LigerSoftmaxFunction forward, and its backward through autograd.grad; the ratio printed is liger/ours.
 
 --build times `import activations` on top of `import torch` in new processes: with an empty cache (it compiles
 what this machine builds; ACTIVATIONS_CPU_ONLY=1 for the CPU kernels alone) and then with that cache filled.
@@ -1346,6 +1348,28 @@ SOFTMAX_SHAPES = [((262144, 1024), -1), ((65536, 4096), -1), ((8192, 32768), -1)
 SOFTMAX_CPU_SHAPES = [((4096, 1024), -1), ((64, 50257), -1), ((64, 256, 64), 1)]
 
 
+def liger_softmax():
+    """Liger-Kernel's Triton softmax (`LigerSoftmaxFunction`, last dim only), the kernel users pick for softmax
+    today, when `liger_kernel` is importable; else None, and the --softmax table has no Liger column."""
+    try:
+        from liger_kernel.ops.softmax import LigerSoftmaxFunction
+    except ImportError:
+        return None
+    return LigerSoftmaxFunction.apply
+
+
+def liger_call(liger, x, g, direction):
+    """Liger's softmax of x in `direction` as a call to time; called once here, so that a row it refuses raises now.
+    Its backward runs through autograd.grad: it has no public backward alone."""
+    if direction == "forward":
+        liger(x)
+        return functools.partial(liger, x)
+    x_liger = x.detach().requires_grad_()
+    with torch.enable_grad():
+        y_liger = liger(x_liger)
+    return lambda: torch.autograd.grad(y_liger, x_liger, g, retain_graph=True)[0]
+
+
 def run_softmax(args, device, reps):
     """The --softmax table: one record per (op, shape, dtype, direction)."""
     on_gpu = device.type == "cuda"
@@ -1357,6 +1381,9 @@ def run_softmax(args, device, reps):
     print(f"copy floor ({fmt_bytes(floor.nbytes)} float32): {floor.measure():.0f} GB/s", flush=True)
     aten_backward = {"softmax": torch.ops.aten._softmax_backward_data.default,
                      "log_softmax": torch.ops.aten._log_softmax_backward_data.default}
+    liger = liger_softmax() if on_gpu else None
+    if liger is not None:
+        print("Liger-Kernel's softmax found: a liger column for softmax over the last dim", flush=True)
     records = []
     for name, row in activations.REDUCTIONS.items():
         ours_forward = getattr(activations, name)
@@ -1369,6 +1396,7 @@ def run_softmax(args, device, reps):
                 g = torch.randn_like(x)
                 # torch.compile builds for seconds per cell: by default only at KernelBench's shape.
                 compile_here = with_compile and (args.compile or shape == KERNELBENCH_SHAPE)
+                liger_here = liger is not None and name == "softmax" and dim == -1
                 for direction in directions:
                     record = {"kind": "softmax", "op": name, "shape": list(shape), "dim": dim,
                               "dtype": dtype_name(dtype), "direction": direction}
@@ -1386,6 +1414,11 @@ def run_softmax(args, device, reps):
                                 fns["compile"] = functools.partial(
                                     torch.compile(lambda a, b: aten_backward[name](a, b, dim, dtype)), g, y)
                             nbytes = 3 * x.numel() * x.element_size()
+                        if liger_here:
+                            try:
+                                fns["liger"] = liger_call(liger, x, g, direction)
+                            except Exception as error:  # it refuses rows past 65536: a cell it lacks, not ours failing
+                                record["liger_error"] = error_text(error)
                         with torch.no_grad():
                             for impl in fns:
                                 if impl != "torch":
@@ -1402,6 +1435,7 @@ def run_softmax(args, device, reps):
                         record.update(failed=True, error=error_text(error))
                     records.append(record)
                     print("  " + softmax_line(record), flush=True)
+                    fns = None
                 del x, y, g
                 release(device)
     floor.measure()
@@ -1414,8 +1448,14 @@ def softmax_line(r):
     if r.get("failed"):
         return f"{head} ERROR {r['error']}"
     compile_ms = fmt(r.get("compile_ms"), ".3f")
+    liger = ""
+    if "liger_ms" in r:
+        liger = f"  liger {r['liger_ms']:8.3f} ms {r['liger_ms'] / r['ours_ms']:5.2f}x"
+    elif "liger_error" in r:
+        liger = "  liger refuses the row"
     return (f"{head} ours {r['ours_ms']:8.3f} ms  torch {r['torch_ms']:8.3f} ms  compile {compile_ms:>8} ms  "
-            f"{r['speedup']:5.2f}x torch  ours {r['ours_pct_floor']:5.1f} % floor (torch {r['torch_pct_floor']:5.1f} %)")
+            f"{r['speedup']:5.2f}x torch  ours {r['ours_pct_floor']:5.1f} % floor (torch {r['torch_pct_floor']:5.1f} %)"
+            f"{liger}")
 
 
 def print_softmax(records):

@@ -416,14 +416,16 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
   }
 }
 
-// The backward keeps one operand per element in registers, the one its second pass needs with the other: softmax
-// keeps y and reads g again (grad_in = y * (g - sum(g y))); log_softmax, whose sum needs g alone, keeps g and
-// reads y in the second pass only (grad_in = g - exp(y) sum(g)): one read of each. A second read of a short row
-// comes from the L1 or L2 cache.
-template <class S, int V, int E, int kRowThreads>
+// The backward reads each operand once. softmax keeps both in registers (grad_in = y * (g - sum(g y))): g as read,
+// y in the compute type. It used to keep y alone and read g again in the second pass, from the L1 or L2 cache,
+// and ran at 80 % of the floor where Liger-Kernel's kernel, which keeps both, ran at 100 % (H100, 262144 x 1024
+// float32: 1.336 ms against 1.054). log_softmax, whose sum needs g alone, keeps g and reads y in the second pass
+// only (grad_in = g - exp(y) sum(g)).
+template <class S, int V, int E, int kRowThreads, bool kLog>
 __global__ void __launch_bounds__(block_threads(kRowThreads))
-    regs_backward(const S* __restrict__ g, const S* __restrict__ y, S* __restrict__ gi, int64_t rows, int64_t n,
-                  bool log) {
+    regs_backward(const S* __restrict__ g, const S* __restrict__ y, S* __restrict__ gi, int64_t rows, int64_t n) {
+  constexpr bool log = kLog;  // a kernel each: softmax's keeps twice the registers, which would cost log_softmax's
+                              // occupancy (bfloat16 log_softmax at 65536 x 4096: 0.562 ms against 0.529)
   using N = Num<S>;
   using C = typename N::C;
   constexpr int kRowsPerBlock = block_threads(kRowThreads) / kRowThreads;
@@ -433,7 +435,9 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
   const int lane = threadIdx.x % kRowThreads;
   const bool in_rows = row < rows;
   const int64_t offset = (in_rows ? row : 0) * n;
-  C keep[E];
+  // Kept as read (16-bit values in half the registers), converted where used.
+  Vec<S, V> kept[E / V];   // log_softmax: g; softmax: y
+  Vec<S, V> grads[E / V];  // softmax: g
   C d = 0;
 #pragma unroll
   for (int j = 0; j < E / V; ++j) {
@@ -441,36 +445,29 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
     if (in_rows && i < n) {
       const Vec<S, V> pg = *reinterpret_cast<const Vec<S, V>*>(g + offset + i);
       if (log) {
+        kept[j] = pg;
 #pragma unroll
-        for (int k = 0; k < V; ++k) {
-          keep[j * V + k] = N::load(pg.v[k]);
-          d += keep[j * V + k];
-        }
+        for (int k = 0; k < V; ++k) d += N::load(pg.v[k]);
       } else {
         const Vec<S, V> py = *reinterpret_cast<const Vec<S, V>*>(y + offset + i);
+        kept[j] = py;
+        grads[j] = pg;
 #pragma unroll
-        for (int k = 0; k < V; ++k) {
-          keep[j * V + k] = N::load(py.v[k]);
-          d += N::load(pg.v[k]) * keep[j * V + k];
-        }
+        for (int k = 0; k < V; ++k) d += N::load(pg.v[k]) * N::load(py.v[k]);
       }
-    } else {
-#pragma unroll
-      for (int k = 0; k < V; ++k) keep[j * V + k] = 0;
     }
   }
   d = RowReduce<kRowThreads, false>::run(d, Sum{}, scratch, kNoCluster, kNoCluster);
-  const S* other = log ? y : g;
 #pragma unroll
   for (int j = 0; j < E / V; ++j) {
     const int64_t i = (static_cast<int64_t>(j) * kRowThreads + lane) * V;
     if (in_rows && i < n) {
-      const Vec<S, V> po = *reinterpret_cast<const Vec<S, V>*>(other + offset + i);
+      const Vec<S, V> po = log ? *reinterpret_cast<const Vec<S, V>*>(y + offset + i) : grads[j];
       Vec<S, V> p;
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        const C o = N::load(po.v[k]), kept = keep[j * V + k];
-        p.v[k] = N::store(log ? kept - exp_for<S>(o) * d : kept * (o - d));
+        const C o = N::load(po.v[k]), kv = N::load(kept[j].v[k]);
+        p.v[k] = N::store(log ? kv - exp_for<S>(o) * d : kv * (o - d));
       }
       *reinterpret_cast<Vec<S, V>*>(gi + offset + i) = p;
     }
@@ -586,18 +583,22 @@ __global__ void __launch_bounds__(kStagedThreads, 2)
   if constexpr (kCluster) cluster_exit_sync<kArriveEarly>();
 }
 
-// As regs_backward: softmax stages y and reads g again in the second pass (from L2: the cluster's parts of g
-// were read just before), log_softmax stages g and reads y in the second pass only.
+// As regs_backward: one read of each operand. The block stages its part of the operand it keeps (log_softmax: g,
+// whose sum needs it alone; softmax: y) and reads the other one again in the second pass, softmax's g then from
+// L2, where the cluster's parts of it still are. With `stage_both` (the plan's: where both fit) it stages y's
+// part and g's: 16-bit ones copied by cp.async (every vector of both in flight, as the forward's), float32 ones
+// through registers.
 template <class S, int V, bool kEdges, bool kCluster>
 __global__ void __launch_bounds__(kStagedThreads, 2)
     staged_backward(const S* __restrict__ g, const S* __restrict__ y, S* __restrict__ gi, int64_t n, int64_t part,
-                    bool log) {
+                    bool log, bool stage_both) {
   using N = Num<S>;
   using C = typename N::C;
   constexpr int kUnroll = kStagedUnroll / 2;  // two operands: as many loads in flight as the forward, in 64 registers
   __shared__ C scratch[32];
   __shared__ C slots[2];
-  Vec<S, V>* stage = staged_vectors<S, V>();
+  Vec<S, V>* stage = staged_vectors<S, V>();    // the kept operand's part; y's with stage_both
+  Vec<S, V>* staged_grads = stage + part / V;  // g's part, with stage_both
   unsigned rank, blocks_per_row;
   cluster_position<kCluster>(rank, blocks_per_row);
   const int64_t offset = static_cast<int64_t>(blockIdx.x / blocks_per_row) * n;
@@ -607,31 +608,71 @@ __global__ void __launch_bounds__(kStagedThreads, 2)
   struct Operands {
     Vec<S, V> g, y;
   };
-  C d = 0;
-  for_each_vector<kStagedThreads, V, kUnroll>(
-      begin, end,
-      [&](int64_t p) {
-        Operands q;
-        q.g = load_vec<S, V, kEdges>(g + offset, n, shift, p, zero);
-        if (!log) q.y = load_vec<S, V, kEdges>(y + offset, n, shift, p, zero);
-        return q;
-      },
-      [&](int64_t p, const Operands& q) {
-        stage[(p - begin) / V] = log ? q.g : q.y;
+  // The sum's term of one vector: log_softmax sum(g), softmax sum(g y).
+  const auto add = [&](C& d, const Operands& q) {
 #pragma unroll
-        for (int k = 0; k < V; ++k) d += log ? N::load(q.g.v[k]) : N::load(q.g.v[k]) * N::load(q.y.v[k]);
-      });
-  d = RowReduce<kStagedThreads, kCluster>::run(d, Sum{}, scratch, &slots[0], &slots[1]);
-  const S* other = (log ? y : g) + offset;
-  for_each_vector<kStagedThreads, V, kUnroll>(
-      begin, end, [&](int64_t p) { return load_vec<S, V, kEdges>(other, n, shift, p, zero); },
-      [&](int64_t p, const Vec<S, V>& o) {
-        const Vec<S, V> kept = stage[(p - begin) / V];
-        store_vec<S, V, kEdges>(gi + offset, n, shift, p, [&](int k) {
-          const C ok = N::load(o.v[k]), kv = N::load(kept.v[k]);
-          return log ? kv - exp_for<S>(ok) * d : kv * (ok - d);
+    for (int k = 0; k < V; ++k) d += log ? N::load(q.g.v[k]) : N::load(q.g.v[k]) * N::load(q.y.v[k]);
+  };
+  const auto store = [&](int64_t p, const Operands& q, C d) {
+    store_vec<S, V, kEdges>(gi + offset, n, shift, p, [&](int k) {
+      const C gk = N::load(q.g.v[k]), yk = N::load(q.y.v[k]);
+      return log ? gk - exp_for<S>(yk) * d : yk * (gk - d);
+    });
+  };
+  C d = 0;
+  constexpr bool kCopyAsync = sizeof(S) == 2 && sizeof(Vec<S, V>) == 16;
+  if (kCopyAsync && stage_both) {
+    const int64_t count = (end - begin + V - 1) / V;
+    for (int64_t j = threadIdx.x; j < count; j += kStagedThreads) {
+      const int64_t i = begin + j * V - shift;
+      if (!kEdges || (i >= 0 && i + V <= n)) {
+        copy16_async(&stage[j], y + offset + i);
+        copy16_async(&staged_grads[j], g + offset + i);
+      } else {
+        stage[j] = load_vec<S, V, kEdges>(y + offset, n, shift, begin + j * V, zero);
+        staged_grads[j] = load_vec<S, V, kEdges>(g + offset, n, shift, begin + j * V, zero);
+      }
+    }
+    wait_async_copies();
+    __syncthreads();
+    for (int64_t j = threadIdx.x; j < count; j += kStagedThreads) add(d, Operands{staged_grads[j], stage[j]});
+  } else {
+    for_each_vector<kStagedThreads, V, kUnroll>(
+        begin, end,
+        [&](int64_t p) {
+          Operands q;
+          q.g = load_vec<S, V, kEdges>(g + offset, n, shift, p, zero);
+          if (stage_both || !log) q.y = load_vec<S, V, kEdges>(y + offset, n, shift, p, zero);
+          return q;
+        },
+        [&](int64_t p, const Operands& q) {
+          const int64_t j = (p - begin) / V;
+          if (stage_both) {
+            stage[j] = q.y;
+            staged_grads[j] = q.g;
+          } else {
+            stage[j] = log ? q.g : q.y;
+          }
+          add(d, q);
         });
-      });
+  }
+  d = RowReduce<kStagedThreads, kCluster>::run(d, Sum{}, scratch, &slots[0], &slots[1]);
+  // Two loops, each as it ran fastest: with both staged, both shared-memory reads in the first lambda; with one,
+  // the global read there and the staged operand's read beside its use (the float32 log_softmax backward ran 6-7 %
+  // slower with both reads first, at 8192 x 32768 and 4096 x 131072 ... 393216).
+  if (stage_both) {
+    for_each_vector<kStagedThreads, V, kUnroll>(
+        begin, end, [&](int64_t p) { return Operands{staged_grads[(p - begin) / V], stage[(p - begin) / V]}; },
+        [&](int64_t p, const Operands& q) { store(p, q, d); });
+  } else {
+    const S* other = (log ? y : g) + offset;
+    for_each_vector<kStagedThreads, V, kUnroll>(
+        begin, end, [&](int64_t p) { return load_vec<S, V, kEdges>(other, n, shift, p, zero); },
+        [&](int64_t p, const Vec<S, V>& o) {
+          const Vec<S, V> kept = stage[(p - begin) / V];
+          store(p, log ? Operands{kept, o} : Operands{o, kept}, d);
+        });
+  }
   if constexpr (kCluster) cluster_exit_sync<true>();
 }
 
@@ -877,6 +918,7 @@ struct Plan {
   int64_t parts = 1, chunk = 0;
   int vec = 1;
   bool edges = false;  // rows that do not start on the 16-byte grid (see load_vec); never on the register path
+  bool stage_both = false;  // a staged backward's: y and g staged (see staged_backward)
 };
 
 // The most blocks a 16-bit row's forward is staged in: the portable cluster size. Up to 8 staged ran faster than
@@ -921,23 +963,34 @@ Plan plan_rows(bool backward, bool log, int64_t rows, int64_t n, const void* a, 
     span = n + (plan.edges ? vec - 1 : 0);
   };
   set_vec(vectors_line_up(a, b, out) ? 16 / static_cast<int>(sizeof(S)) : 1);
-  const auto staged = [&](int cluster) {
+  // The staged backward stages both operands where they fit (see staged_backward): softmax's, whose second pass
+  // would read g again, and 16-bit log_softmax's where that needs no cluster. Its shared memory is then twice the
+  // part. Whether a row is staged at all does not depend on it (a part of one operand fits where both do), so
+  // softmax and log_softmax take the same path, and workspace_bytes can plan without knowing which it is.
+  const bool stage_both = backward && (!log || sizeof(S) == 2);
+  const auto staged_bytes = [&](int cluster, bool both) {
+    return staged_part(span, cluster, plan.vec) * static_cast<int64_t>(sizeof(S)) * (both ? 2 : 1);
+  };
+  const auto fits_staged = [&](int cluster, int64_t limit, bool both) {
+    return rows * cluster <= 0x7fffffff && staged_bytes(cluster, both) <= limit;
+  };
+  const auto staged = [&](int cluster, bool both) {
     plan.path = Path::Staged;
     plan.cluster = cluster;
     plan.part = staged_part(span, cluster, plan.vec);
+    plan.stage_both = both;
     return plan;
-  };
-  const auto fits_staged = [&](int cluster, int64_t limit) {
-    return rows * cluster <= 0x7fffffff && staged_part(span, cluster, plan.vec) * static_cast<int64_t>(sizeof(S)) <= limit;
   };
   // A forward takes the first configuration that holds the row, so that the row fills most of it (131072 x 2048
   // bfloat16 on the H100: 0.36 ms in 128 x 16 against 0.78 in 256 x 32). A backward past a warp's rows takes
-  // 256 threads (128 x 16 ran up to 16 % slower), and softmax's 32 elements each, half of them empty at 4096:
-  // it reads g a second time, from the cache, and fewer rows in flight leave more of g there (65536 x 4096
-  // bfloat16: 0.535 ms against 0.628 in 256 x 16). log_softmax's second read is of y, which the first pass did not
-  // touch, and the fuller 256 x 16 ran it 6 % faster at 4096 and 15 % at 2048.
+  // 256 threads (128 x 16 ran up to 16 % slower), the first of them that holds the row: log_softmax in the
+  // fuller 256 x 16 ran 6 % faster at 4096 and 15 % at 2048 than in 256 x 32. A 16-bit backward past 4096
+  // elements is staged instead (both operands copied by cp.async: bfloat16 softmax at 32768 x 8192 0.52 ms
+  // against 0.55 in 256 x 32).
   const auto suits = [&](const RegConfig& c) {
-    return !backward || c.threads == 32 || (c.threads == 256 && (log || c.elements == 32));
+    if (!backward) return true;
+    if (sizeof(S) == 2 && c.threads * c.elements > 4096) return false;
+    return c.threads == 32 || c.threads == 256;
   };
   const auto registers = [&](RegConfig config) {
     plan.path = Path::Registers;
@@ -952,8 +1005,8 @@ Plan plan_rows(bool backward, bool log, int64_t rows, int64_t n, const void* a, 
   if (!std::is_same_v<S, double> && !force_split) {  // float64 (rarely fast-path material) takes the two-pass path
     int threads = 0, elements = 0, cluster = 0;
     if (forced != nullptr && sscanf(forced, "staged,%d", &cluster) == 1 && cluster >= 1 && cluster <= max_cluster &&
-        fits_staged(cluster, shared_limit))
-      return staged(cluster);
+        fits_staged(cluster, shared_limit, false))
+      return staged(cluster, stage_both && fits_staged(cluster, shared_limit, true));
     if (forced != nullptr && sscanf(forced, "%d,%d", &threads, &elements) == 2 && !plan.edges &&
         static_cast<int64_t>(threads) * elements >= span) {
       for (const RegConfig& c : kConfigs)
@@ -967,8 +1020,22 @@ Plan plan_rows(bool backward, bool log, int64_t rows, int64_t n, const void* a, 
     }
     // Longer rows: staged in the fewest blocks a row (a cluster on sm_90+) whose parts let two blocks share an SM.
     const int most = sizeof(S) == 2 && !backward ? std::min(max_cluster, kMaxStagedCluster16Forward) : max_cluster;
+    const int64_t limit = std::min(kStagedBytes, shared_limit);
+    if (stage_both) {
+      // A 16-bit row whose two operands fit one block's shared memory, all of it, is staged there, one block an SM
+      // and no cluster (H100, bfloat16 backward: softmax at 8192 x 50257 0.85 ms against 1.20 in clusters of 2
+      // blocks of half the size, 8192 x 32768 0.53 against 0.58; log_softmax, which otherwise stages g alone in
+      // one block, 0.85 against 1.03 and 0.53 against 0.61). Longer softmax rows take the fewest blocks that fit
+      // two to an SM (bfloat16 4096 x 393216: 4.02 ms in 16 blocks against 5.01 staging y alone in 8); longer
+      // log_softmax rows stage g alone (4096 x 393216: 3.87 ms in 8 blocks, 4.05 with both in 16).
+      if (sizeof(S) == 2 && fits_staged(1, shared_limit, true)) return staged(1, true);
+      if (!log) {
+        for (int c = 1; c <= most; ++c)
+          if (staged_cluster_size(c) && fits_staged(c, limit, true)) return staged(c, true);
+      }
+    }
     for (int c = 1; c <= most; ++c)
-      if (staged_cluster_size(c) && fits_staged(c, std::min(kStagedBytes, shared_limit))) return staged(c);
+      if (staged_cluster_size(c) && fits_staged(c, limit, false)) return staged(c, false);
   }
   plan.path = Path::Split;
   const int64_t step = static_cast<int64_t>(kSplitThreads) * plan.vec;
@@ -1019,13 +1086,13 @@ const char* launch(void (*kernel)(KernelArgs...), int64_t blocks, int threads, i
 
 // Calls fn(Kernel<S, V, E, T>) for the plan's register configuration.
 template <class S, int V, bool kBackward, class Fn>
-const char* with_reg_kernel(const Plan& plan, Fn&& fn) {
+const char* with_reg_kernel(const Plan& plan, bool log, Fn&& fn) {
   const auto pick = [&](auto e, auto t) -> const char* {
     constexpr int E = decltype(e)::value, T = decltype(t)::value;
     if constexpr (E % V != 0) {
       return "internal error: elements per thread not a multiple of the vector width";
     } else if constexpr (kBackward) {
-      return fn(regs_backward<S, V, E, T>);
+      return log ? fn(regs_backward<S, V, E, T, true>) : fn(regs_backward<S, V, E, T, false>);
     } else {
       return fn(regs_forward<S, V, E, T>);
     }
@@ -1092,19 +1159,19 @@ const char* run_rows(bool log, int64_t rows, int64_t n, const void* a, const voi
       const int threads = block_threads(plan.config.threads);
       const int64_t rows_per_block = threads / plan.config.threads;
       const int64_t blocks = (rows + rows_per_block - 1) / rows_per_block;
-      return with_reg_kernel<S, V, kBackward>(plan, [&](auto kernel) {
+      return with_reg_kernel<S, V, kBackward>(plan, log, [&](auto kernel) {
         if constexpr (kBackward) {
-          return launch(kernel, blocks, threads, 1, 0, stream, pa, pb, po, rows, n, log);
+          return launch(kernel, blocks, threads, 1, 0, stream, pa, pb, po, rows, n);
         } else {
           return launch(kernel, blocks, threads, 1, 0, stream, pa, po, rows, n, log);
         }
       });
     } else if (plan.path == Path::Staged) {
       const auto staged = [&](auto kernel) {
-        const int64_t shared = plan.part * static_cast<int64_t>(sizeof(S));
+        const int64_t shared = plan.part * static_cast<int64_t>(sizeof(S)) * (plan.stage_both ? 2 : 1);
         if constexpr (kBackward) {
           return launch(kernel, rows * plan.cluster, kStagedThreads, plan.cluster, shared, stream, pa, pb, po, n,
-                        plan.part, log);
+                        plan.part, log, plan.stage_both);
         } else {
           return launch(kernel, rows * plan.cluster, kStagedThreads, plan.cluster, shared, stream, pa, po, n,
                         plan.part, log);
