@@ -384,6 +384,27 @@ def test_forward_and_backward_match_float64(name, dtype, device):
         assert torch.equal(as_bits(ours(name)(x)), as_bits(y.detach()))
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("bounds", [(-1.0, 1.0), (0.0, 6.0), (-0.3, 0.7), (0.1, 1e30)], ids=str)
+def test_hardtanh_16_bit_results_at_bounds_the_type_holds_or_rounds(bounds, dtype, device):
+    """hardtanh in a 16-bit type is the clamp to the bounds as float, rounded to the type: bit for bit, with and
+    without the mask, for bounds the type holds (the CPU's bfloat16 loops then store without rounding) and bounds
+    it rounds (-0.3, 0.7, 0.1; 1e30 past bfloat16's largest finite value to +inf in float16)."""
+    seed = fresh_seed()
+    x = sample(4099, dtype, device, seed)
+    clamped = torch.where(x.float() <= bounds[0], bounds[0], torch.where(x.float() >= bounds[1], bounds[1], x.float()))
+    expected = clamped.to(dtype)  # the float's rounding; NaN stays NaN (both comparisons false)
+    for requires_grad in (False, True):
+        poison_allocator(device, 4 * x.numel() * x.element_size())
+        y = activations.hardtanh(x.clone().requires_grad_(requires_grad), *bounds).detach()
+        assert torch.equal(y.isnan(), expected.isnan()), f"{bounds} {dtype} (seed {seed}): NaN placement"
+        kept = ~expected.isnan()
+        assert torch.equal(as_bits(y[kept]), as_bits(expected[kept])), (
+            f"{bounds} {dtype} {device} requires_grad={requires_grad} (seed {seed}): "
+            f"{(as_bits(y[kept]) != as_bits(expected[kept])).sum().item()} results differ from the rounded clamp")
+
+
 def check_at_random_gradient(name, x, what):
     """Our forward and backward of case `name` at x, the backward at a fresh random incoming gradient in x's dtype,
     against the float64 reference (check_values_and_gradient)."""

@@ -579,6 +579,9 @@ struct Coefficient {
 //                T second_derivative_from_output(T y), the derivative of that f' with respect to y;
 //                output_determines_input_side(args) says whether y determines f'(x) for these arguments.
 // The double backward is grad_grad * grad * (the second derivative); see Backward and DoubleBackward below.
+// A piecewise-linear functor whose forward returns x itself or one of its constants (ReLU, hardtanh) says so by
+// `bool constants_are(Holds holds)`: whether holds(c) for each of those constants. Where the storage type holds
+// them, its results are values of the storage type already, stored without rounding (the CPU's bfloat16 loops).
 
 template <class T, bool = false>
 struct Relu {
@@ -590,6 +593,10 @@ struct Relu {
   ACTIVATION_FN T forward(T x) const { return (x > T(0) || x != x) ? x : T(0); }
   // torch's threshold_backward passes the gradient where !(x <= 0): NaN inputs pass it, +-0.0 block it.
   ACTIVATION_FN bool passes(T x) const { return !(x <= T(0)); }
+  template <class Holds>
+  bool constants_are(Holds) const {
+    return true;  // +0.0, which every storage type holds
+  }
 };
 
 // x for x > 0, negative_slope * x otherwise (NaN: slope * NaN = NaN, and its gradient is slope * grad, as torch's).
@@ -617,6 +624,10 @@ struct Hardtanh {
   ACTIVATION_FN explicit Hardtanh(const double* args) : low(T(args[0])), high(T(args[1])) {}
   ACTIVATION_FN T forward(T x) const { return x <= low ? low : (x >= high ? high : x); }
   ACTIVATION_FN bool passes(T x) const { return !(x <= low || x >= high); }
+  template <class Holds>
+  bool constants_are(Holds holds) const {
+    return holds(low) && holds(high);
+  }
 };
 
 // min(max(x + 3, 0), 6) / 6, NaN propagating; the gradient is grad / 6 strictly inside (-3, 3), else 0 (NaN
