@@ -457,9 +457,15 @@ def test_special_values_behave_as_torch(name, device):
     # where s (1 - s) is 0 already and gives the derivative, 1 or 0.
     compared = ~x.isnan() & ~((x.abs() > 1e19) & torch.tensor(name == "gelu_tanh"))
     compared &= ~((x == float("inf")) & torch.tensor(name == "mish"))  # ours 1, torch's NaN (inf * 0)
-    for what, a, b in (("forward", results[0][0], results[1][0]),
+    # gelu (erf form) past 1e38 on the CPU: torch's result depends on the host (its vectorized erf is chosen by the
+    # processor's features). On an AVX-512 AMD EPYC with torch 2.14.1 (ATEN_CPU_CAPABILITY=avx2 too) it gives NaN
+    # at +inf and +inf at the largest float, which the other hosts' torch and ours give as +inf and the largest
+    # float themselves; the float64 comparisons check ours there.
+    host_dependent = (x > 1e38) & torch.tensor(name == "gelu" and device == "cpu")
+    compared &= ~host_dependent
+    for what, a, b in (("forward", results[0][0][~host_dependent], results[1][0][~host_dependent]),
                        ("backward", results[0][1][compared], results[1][1][compared])):
-        x_at = x if what == "forward" else x[compared]
+        x_at = x[~host_dependent] if what == "forward" else x[compared]
         assert torch.equal(a.isnan(), b.isnan()), f"{name} {what}: NaN at {x_at[a.isnan() != b.isnan()].tolist()}"
         assert torch.equal(a.isinf(), b.isinf()), f"{name} {what}: inf at {x_at[a.isinf() != b.isinf()].tolist()}"
         torch.testing.assert_close(a.nan_to_num(0.0, 0.0, 0.0), b.nan_to_num(0.0, 0.0, 0.0), rtol=1e-4, atol=1e-6,
@@ -1872,8 +1878,9 @@ def test_build_key_changes_with_the_torch_version(monkeypatch):
 
 
 def test_cpu_instruction_set_flags_follow_torch(monkeypatch):
-    """AVX2 flags only where torch itself runs AVX2 kernels, and they are part of the build key: a machine
-    without AVX2 sharing the cache gets its own build rather than an illegal instruction."""
+    """AVX2 flags only where torch itself runs AVX2 (or AVX-512) kernels, AVX-512 ones only where it runs AVX-512,
+    and they are part of the build key: a machine without them sharing the cache gets its own build rather than an
+    illegal instruction."""
     plan = {"cuda_archs": (), "cuda_home": None, "no_cuda_reason": "test"}
     monkeypatch.setattr(activations.platform, "machine", lambda: "x86_64")
     keys = {}
@@ -1881,7 +1888,8 @@ def test_cpu_instruction_set_flags_follow_torch(monkeypatch):
         monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
         keys[capability] = activations.build_spec(plan, "ops")["name"]
         assert ("-DACTIVATIONS_CPU_AVX2" in activations.cpu_flags()) == (capability != "DEFAULT")
-    assert keys["DEFAULT"] != keys["AVX2"] == keys["AVX512"]
+        assert ("-DACTIVATIONS_CPU_AVX512" in activations.cpu_flags()) == (capability == "AVX512")
+    assert len(set(keys.values())) == 3, keys
     monkeypatch.setattr(activations.platform, "machine", lambda: "aarch64")
     assert activations.cpu_flags() == []
 
