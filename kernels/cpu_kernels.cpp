@@ -83,22 +83,25 @@ void with_scalar_type(DType dtype, Fn&& fn) {
 // after. It also turns on g++'s contraction of a * b + c into fused multiply-adds, which -ffp-contract=off
 // (activations.py) keeps off: every result of the CPU loops has the same bits as before (12 of 208 float64 and
 // log_softmax results differed with contraction).
-// Where torch runs AVX-512 kernels, activations.py defines ACTIVATIONS_CPU_AVX512 as well, and the loops take
-// 512-bit vectors (g++ prefers 256 bits unless told otherwise): on a 2-core AMD EPYC with AVX-512, the forwards
-// of the ops with an exponential took half the time (2 threads, 2^22 elements, torch/ours: float32 SiLU 0.47x ->
-// 0.93x, sigmoid 0.49x -> 0.95x, GELU 0.55x -> 1.11x, bfloat16 SiLU 0.46x -> 1.01x, softplus 0.66x -> 1.24x),
-// where 256-bit loops raced torch's 512-bit kernels.
-#if defined(ACTIVATIONS_CPU_AVX512)
-#define ACTIVATIONS_CPU_TARGET "avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,prefer-vector-width=512"
-#elif defined(ACTIVATIONS_CPU_AVX2)
-#define ACTIVATIONS_CPU_TARGET "avx2,fma,f16c"
-#endif
-#ifdef ACTIVATIONS_CPU_TARGET
-#define ACTIVATIONS_CPU_LOOP                                                                                  \
-  __attribute__((target(ACTIVATIONS_CPU_TARGET), optimize("gcse", "no-thread-jumps", "expensive-optimizations"), \
-                 flatten))
+#ifdef ACTIVATIONS_CPU_AVX2
+#define ACTIVATIONS_CPU_LOOP_FOR(isa) \
+  __attribute__((target(isa), optimize("gcse", "no-thread-jumps", "expensive-optimizations"), flatten))
+#define ACTIVATIONS_CPU_LOOP ACTIVATIONS_CPU_LOOP_FOR("avx2,fma,f16c")
 #else
 #define ACTIVATIONS_CPU_LOOP __attribute__((optimize("gcse", "no-thread-jumps"), flatten))
+#endif
+
+// The elementwise loop (cpu_loop_with), where torch runs AVX-512 kernels (activations.py then defines
+// ACTIVATIONS_CPU_AVX512), takes 512-bit vectors: g++ prefers 256 bits unless told otherwise. On a 2-core AMD EPYC
+// with AVX-512, the forwards of the ops with an exponential took half the time (2 threads, 2^22 elements,
+// torch/ours: float32 SiLU 0.47x -> 0.93x, sigmoid 0.49x -> 0.95x, GELU 0.55x -> 1.11x, bfloat16 SiLU 0.46x ->
+// 1.01x, softplus 0.66x -> 1.24x), where 256-bit loops raced torch's 512-bit kernels. The mask loops stay at 256
+// bits: 512-bit vectors made the float16 LeakyReLU and hardsigmoid backwards 3.4x slower (0.29 -> 1.0 ms).
+#ifdef ACTIVATIONS_CPU_AVX512
+#define ACTIVATIONS_CPU_WIDE_LOOP \
+  ACTIVATIONS_CPU_LOOP_FOR("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,prefer-vector-width=512")
+#else
+#define ACTIVATIONS_CPU_WIDE_LOOP ACTIVATIONS_CPU_LOOP
 #endif
 
 // Loads and stores: the storage type's value in the compute type, and the compute type's value rounded once to
@@ -196,8 +199,9 @@ ACTIVATIONS_CPU_LOOP void cpu_loop_by8(int64_t n, Op op, c10::Half* out, std::in
 
 // out[i] = op(in[i]...) for i < n, computed in the compute type and rounded once on store. kMode >= 0: the
 // functor's mode flag is set to that constant (see cpu_loop).
+// The loop is inlined (flatten) into the two cpu_loop_with below, which choose its instruction set.
 template <int kMode, class Op, class Out, class... In>
-ACTIVATIONS_CPU_LOOP void cpu_loop_with(int64_t n, Op op, Out* out, const In*... in) {
+inline void cpu_loop_body(int64_t n, Op op, Out* out, const In*... in) {
   if constexpr (kMode >= 0) op.f.tanh_form = kMode == 1;
   if constexpr (kF16c && std::is_same_v<Out, c10::Half>) {
     cpu_loop_by8(n, op, out, std::index_sequence_for<In...>{}, in...);
@@ -205,6 +209,16 @@ ACTIVATIONS_CPU_LOOP void cpu_loop_with(int64_t n, Op op, Out* out, const In*...
 #pragma GCC ivdep
     for (int64_t i = 0; i < n; ++i) out[i] = store<Out>(op(load(in[i])...));
   }
+}
+template <int kMode, class Op, class Out, class... In>
+ACTIVATIONS_CPU_WIDE_LOOP void cpu_loop_with(int64_t n, Op op, Out* out, const In*... in) {
+  cpu_loop_body<kMode>(n, op, out, in...);
+}
+// float16 results, 8 at a time through F16C, stay at 256 bits: in the 512-bit loop the float16 ReLU forward took
+// 0.265 ms against 0.236 and hardsigmoid's 0.39-0.48 against 0.33.
+template <int kMode, class Op, class... In>
+ACTIVATIONS_CPU_LOOP void cpu_loop_with(int64_t n, Op op, c10::Half* out, const In*... in) {
+  cpu_loop_body<kMode>(n, op, out, in...);
 }
 
 // A functor with a mode flag (GELU's tanh_form) gets a loop per mode, the flag a constant in each: g++ cannot
