@@ -81,28 +81,29 @@ ACTIVATIONS_CPU_WIDE_LOOP void log_softmax_output(int64_t n, const T* x, C max, 
   for (int64_t i = 0; i < n; ++i) y[i] = store<T>((load(x[i]) - max) - log_sum);
 }
 
-// sum(g y) (softmax) or sum(g) (log_softmax). float16 goes 8 elements a step through F16C (see load8), the terms
-// into 8 partial sums in double; what remains, and the other types, one loop.
+// sum(g y) (softmax) or sum(g) (log_softmax). float16 goes kHalfStep elements a step through F16C (see load8),
+// the terms into kHalfStep partial sums in double; what remains, and the other types, one loop.
 template <bool kLog, class T>
 ACTIVATIONS_CPU_WIDE_LOOP double backward_sum(int64_t n, const T* g, const T* y) {
   double sum = 0;
   int64_t done = 0;
   if constexpr (kF16c && std::is_same_v<T, c10::Half>) {
-    double partial[8] = {};
-    for (; done + 8 <= n; done += 8) {
-      float gk[8], yk[8];
-      load8(g + done, gk);
-      load8(y + done, yk);
-      for (int k = 0; k < 8; ++k) partial[k] += kLog ? gk[k] : gk[k] * yk[k];
+    double partial[kHalfStep] = {};
+    for (; done + kHalfStep <= n; done += kHalfStep) {
+      float gk[kHalfStep], yk[kHalfStep];
+      load_halves(g + done, gk);
+      load_halves(y + done, yk);
+      for (int k = 0; k < kHalfStep; ++k) partial[k] += kLog ? gk[k] : gk[k] * yk[k];
     }
-    for (int k = 0; k < 8; ++k) sum += partial[k];
+    for (int k = 0; k < kHalfStep; ++k) sum += partial[k];
   }
 #pragma omp simd reduction(+ : sum)
   for (int64_t i = done; i < n; ++i) sum += kLog ? load(g[i]) : load(g[i]) * load(y[i]);
   return sum;
 }
 
-// softmax: y (g - sum); log_softmax: g - exp(y) sum. The elementwise loop (cpu_loop_with): float16 8 at a time.
+// softmax: y (g - sum); log_softmax: g - exp(y) sum. The elementwise loop (cpu_loop_with): float16 kHalfStep at a
+// time.
 template <bool kLog, class T, class C = compute_t<T>>
 ACTIVATIONS_CPU_WIDE_LOOP void backward_output(int64_t n, const T* g, const T* y, C sum, T* gi) {
   cpu_loop_with<-1>(n, [sum](C gk, C yk) { return kLog ? gk - exp_of(yk) * sum : yk * (gk - sum); }, gi, g, y);
