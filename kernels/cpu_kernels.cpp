@@ -276,21 +276,22 @@ void cpu_loop(int64_t n, Op op, Out* out, const In*... in) {
   cpu_loop_with<-1>(n, op, out, in...);
 }
 
-// Block conversions for cpu_widened: float16 8 at a time through F16C, bfloat16 by load()/store(), vectorized.
+// Block conversions for cpu_widened and softmax: float16 kHalfStep at a time through F16C, bfloat16 by
+// load()/store(), vectorized.
 template <class T>
-ACTIVATIONS_CPU_LOOP void widen(int64_t n, const T* in, float* out) {
+ACTIVATIONS_CPU_HALF_LOOP void widen(int64_t n, const T* in, float* out) {
   int64_t i = 0;
   if constexpr (kF16c && std::is_same_v<T, c10::Half>) {
-    for (; i + 8 <= n; i += 8) load8(in + i, out + i);
+    for (; i + kHalfStep <= n; i += kHalfStep) load_halves(in + i, out + i);
   }
 #pragma GCC ivdep
   for (; i < n; ++i) out[i] = load(in[i]);
 }
 template <class T>
-ACTIVATIONS_CPU_LOOP void narrow(int64_t n, const float* in, T* out) {
+ACTIVATIONS_CPU_HALF_LOOP void narrow(int64_t n, const float* in, T* out) {
   int64_t i = 0;
   if constexpr (kF16c && std::is_same_v<T, c10::Half>) {
-    for (; i + 8 <= n; i += 8) store8(in + i, out + i);
+    for (; i + kHalfStep <= n; i += kHalfStep) store_halves(in + i, out + i);
   }
 #pragma GCC ivdep
   for (; i < n; ++i) out[i] = store<T>(in[i]);
