@@ -421,8 +421,8 @@ def cpu_flags():
     """On x86-64, where torch runs its own CPU kernels with AVX2 (torch.backends.cpu.get_cpu_capability(), which
     ATEN_CPU_CAPABILITY can lower), our CPU loops are compiled for AVX2 + FMA + F16C too (see kernels/
     activations.cpp): ELU's float loop ran 3.5x faster than with the SSE2 baseline. Where torch runs AVX-512, our
-    elementwise loop takes 512-bit vectors as well (ACTIVATIONS_CPU_AVX512: twice the speed of the ops with an
-    exponential, which ran at 0.46-0.66x of torch's AVX-512 kernels before). The flags are part of the cache
+    elementwise and softmax loops take 512-bit vectors as well (ACTIVATIONS_CPU_AVX512: twice the speed of the ops
+    with an exponential, which ran at 0.46-0.66x of torch's AVX-512 kernels before). The flags are part of the cache
     key, so a cache shared with a machine without AVX2 gets a build of its own there, never an illegal
     instruction."""
     if platform.machine().lower() not in ("x86_64", "amd64"):

@@ -1435,7 +1435,7 @@ def run_softmax(args, device, reps):
                         record.update(failed=True, error=error_text(error))
                     records.append(record)
                     print("  " + softmax_line(record), flush=True)
-                    fns = None
+                    fns = None  # its closures (Liger's graph) would keep this cell's tensors past release()
                 del x, y, g
                 release(device)
     floor.measure()

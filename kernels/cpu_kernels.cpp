@@ -91,12 +91,13 @@ void with_scalar_type(DType dtype, Fn&& fn) {
 #define ACTIVATIONS_CPU_LOOP __attribute__((optimize("gcse", "no-thread-jumps"), flatten))
 #endif
 
-// The elementwise loop (cpu_loop_with), where torch runs AVX-512 kernels (activations.py then defines
-// ACTIVATIONS_CPU_AVX512), takes 512-bit vectors: g++ prefers 256 bits unless told otherwise. On a 2-core AMD EPYC
-// with AVX-512, the forwards of the ops with an exponential took half the time (2 threads, 2^22 elements,
-// torch/ours: float32 SiLU 0.47x -> 0.93x, sigmoid 0.49x -> 0.95x, GELU 0.55x -> 1.11x, bfloat16 SiLU 0.46x ->
-// 1.01x, softplus 0.66x -> 1.24x), where 256-bit loops raced torch's 512-bit kernels. The mask loops stay at 256
-// bits: 512-bit vectors made the float16 LeakyReLU and hardsigmoid backwards 3.4x slower (0.29 -> 1.0 ms).
+// The elementwise loop (cpu_loop_with), widen and narrow, and softmax's loops, where torch runs AVX-512 kernels
+// (activations.py then defines ACTIVATIONS_CPU_AVX512), take 512-bit vectors: g++ prefers 256 bits unless told
+// otherwise. On a 2-core AMD EPYC with AVX-512, the forwards of the ops with an exponential took half the time (2
+// threads, 2^22 elements, torch/ours: float32 SiLU 0.47x -> 0.93x, sigmoid 0.49x -> 0.95x, GELU 0.55x -> 1.11x,
+// bfloat16 SiLU 0.46x -> 1.01x, softplus 0.66x -> 1.24x), where 256-bit loops raced torch's 512-bit kernels. The
+// mask loops stay at 256 bits: 512-bit vectors made the float16 LeakyReLU and hardsigmoid backwards 3.4x slower
+// (0.29 -> 1.0 ms).
 #ifdef ACTIVATIONS_CPU_AVX512
 #define ACTIVATIONS_CPU_WIDE_LOOP \
   ACTIVATIONS_CPU_LOOP_FOR("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,prefer-vector-width=512")
@@ -183,44 +184,29 @@ inline uint32_t mask8(const int32_t* flags) {
 }
 #endif
 
-// Where the wide loops are 512 bits (ACTIVATIONS_CPU_WIDE_LOOP), their float16 goes 16 elements at a time
-// (_mm512_cvtph_ps and _mm512_cvtps_ph's builtins); the 256-bit loops stay at 8. kHalfStep: the wide loops' step.
+// The wide loops' float16 step (kHalfStep) and its conversions, load_halves and store_halves: 16 elements where
+// they are 512 bits (_mm512_cvtph_ps and _mm512_cvtps_ph's builtins), else load8 and store8's 8.
 #ifdef ACTIVATIONS_CPU_AVX512
 constexpr int kHalfStep = 16;
 typedef short Half16 __attribute__((vector_size(32)));
 typedef float Float16Lanes __attribute__((vector_size(64)));
-ACTIVATIONS_CPU_WIDE_LOOP inline void load16(const c10::Half* in, float* out) {
+ACTIVATIONS_CPU_WIDE_LOOP inline void load_halves(const c10::Half* in, float* out) {
   Half16 h;
   memcpy(&h, in, sizeof h);
   const Float16Lanes f = __builtin_ia32_vcvtph2ps512_mask(h, Float16Lanes{}, 0xffff, 4);  // 4: current rounding
   memcpy(out, &f, sizeof f);
 }
-ACTIVATIONS_CPU_WIDE_LOOP inline void store16(const float* in, c10::Half* out) {
+ACTIVATIONS_CPU_WIDE_LOOP inline void store_halves(const float* in, c10::Half* out) {
   Float16Lanes f;
   memcpy(&f, in, sizeof f);
   const Half16 h = __builtin_ia32_vcvtps2ph512_mask(f, 0, Half16{}, 0xffff);  // 0: round to nearest even
   memcpy(out, &h, sizeof h);
 }
-#define ACTIVATIONS_CPU_HALF_LOOP ACTIVATIONS_CPU_WIDE_LOOP
 #else
 constexpr int kHalfStep = 8;
-#define ACTIVATIONS_CPU_HALF_LOOP ACTIVATIONS_CPU_LOOP
+inline void load_halves(const c10::Half* in, float* out) { load8(in, out); }
+inline void store_halves(const float* in, c10::Half* out) { store8(in, out); }
 #endif
-// kHalfStep float16 values converted to float and back: load8/store8, or load16/store16 in 512-bit loops.
-inline void load_halves(const c10::Half* in, float* out) {
-#ifdef ACTIVATIONS_CPU_AVX512
-  load16(in, out);
-#else
-  load8(in, out);
-#endif
-}
-inline void store_halves(const float* in, c10::Half* out) {
-#ifdef ACTIVATIONS_CPU_AVX512
-  store16(in, out);
-#else
-  store8(in, out);
-#endif
-}
 
 // cpu_loop for float16 with F16C (see load8), kHalfStep elements a step.
 template <class Op, class... In, size_t... I>
@@ -237,9 +223,8 @@ inline void cpu_loop_by_halves(int64_t n, Op op, c10::Half* out, std::index_sequ
 
 // out[i] = op(in[i]...) for i < n, computed in the compute type and rounded once on store. kMode >= 0: the
 // functor's mode flag is set to that constant (see cpu_loop).
-// The loop is inlined (flatten) into the two cpu_loop_with below, which choose its instruction set.
 template <int kMode, class Op, class Out, class... In>
-inline void cpu_loop_body(int64_t n, Op op, Out* out, const In*... in) {
+ACTIVATIONS_CPU_WIDE_LOOP void cpu_loop_with(int64_t n, Op op, Out* out, const In*... in) {
   if constexpr (kMode >= 0) op.f.tanh_form = kMode == 1;
   if constexpr (kF16c && std::is_same_v<Out, c10::Half>) {
     cpu_loop_by_halves(n, op, out, std::index_sequence_for<In...>{}, in...);
@@ -247,16 +232,6 @@ inline void cpu_loop_body(int64_t n, Op op, Out* out, const In*... in) {
 #pragma GCC ivdep
     for (int64_t i = 0; i < n; ++i) out[i] = store<Out>(op(load(in[i])...));
   }
-}
-template <int kMode, class Op, class Out, class... In>
-ACTIVATIONS_CPU_WIDE_LOOP void cpu_loop_with(int64_t n, Op op, Out* out, const In*... in) {
-  cpu_loop_body<kMode>(n, op, out, in...);
-}
-// float16 results, kHalfStep at a time through F16C. (8 at a time in a 512-bit loop, the float16 ReLU forward took
-// 0.265 ms against 0.236 in a 256-bit one, hardsigmoid's 0.39-0.48 against 0.33.)
-template <int kMode, class Op, class... In>
-ACTIVATIONS_CPU_HALF_LOOP void cpu_loop_with(int64_t n, Op op, c10::Half* out, const In*... in) {
-  cpu_loop_body<kMode>(n, op, out, in...);
 }
 
 // A functor with a mode flag (GELU's tanh_form) gets a loop per mode, the flag a constant in each: g++ cannot
@@ -279,7 +254,7 @@ void cpu_loop(int64_t n, Op op, Out* out, const In*... in) {
 // Block conversions for cpu_widened and softmax: float16 kHalfStep at a time through F16C, bfloat16 by
 // load()/store(), vectorized.
 template <class T>
-ACTIVATIONS_CPU_HALF_LOOP void widen(int64_t n, const T* in, float* out) {
+ACTIVATIONS_CPU_WIDE_LOOP void widen(int64_t n, const T* in, float* out) {
   int64_t i = 0;
   if constexpr (kF16c && std::is_same_v<T, c10::Half>) {
     for (; i + kHalfStep <= n; i += kHalfStep) load_halves(in + i, out + i);
@@ -288,7 +263,7 @@ ACTIVATIONS_CPU_HALF_LOOP void widen(int64_t n, const T* in, float* out) {
   for (; i < n; ++i) out[i] = load(in[i]);
 }
 template <class T>
-ACTIVATIONS_CPU_HALF_LOOP void narrow(int64_t n, const float* in, T* out) {
+ACTIVATIONS_CPU_WIDE_LOOP void narrow(int64_t n, const float* in, T* out) {
   int64_t i = 0;
   if constexpr (kF16c && std::is_same_v<T, c10::Half>) {
     for (; i + kHalfStep <= n; i += kHalfStep) store_halves(in + i, out + i);
