@@ -560,7 +560,9 @@ struct Coefficient {
   T hi, lo;
   // c + c_lo: c_lo carries what a double cannot hold of a constant (for a float64 compute type).
   ACTIVATION_FN explicit Coefficient(double c, double c_lo = 0.0) : hi(T(c)), lo(T((c - double(T(c))) + c_lo)) {}
-  ACTIVATION_FN T times(T v) const {
+  ACTIVATION_FN T times(T v) const { return times(v, hi, lo); }
+  // v (hi + lo) for the parts of a coefficient selected per element: one product for either side of a select.
+  static ACTIVATION_FN T times(T v, T hi, T lo) {
     const T product = fma_of(v, hi, v * lo);
     // For v = +-0 (the sum loses zero's sign) and v = +-inf (inf * lo can be NaN): the plain product.
     return (v != T(0) && product == product) ? product : v * hi;
@@ -670,7 +672,13 @@ struct Elu {
 
   // d elu / dx from the input: scale * alpha * exp(x) for x <= 0, scale otherwise.
   ACTIVATION_FN T backward(T grad, T x) const {
-    return x <= T(0) ? negative.times(grad * exp_of(x)) : positive.times(grad);
+    const bool negative_side = x <= T(0);
+    if constexpr (k16BitResult) {
+      return negative_side ? grad * (negative.hi * exp_for_16bit(x)) : grad * positive.hi;
+    }
+    const T hi = negative_side ? negative.hi : positive.hi;
+    const T lo = negative_side ? negative.lo : positive.lo;
+    return Coefficient<T>::times(negative_side ? grad * exp_of(x) : grad, hi, lo);
   }
   // torch's elu_double_backward: scale * alpha * exp(x) for x < 0, 0 otherwise.
   ACTIVATION_FN T second_derivative(T x) const { return x < T(0) ? negative.times(exp_of(x)) : T(0); }
@@ -914,7 +922,9 @@ struct Softplus {
     return z > threshold ? x : (beta.hi == T(1) ? log_one_plus : log_one_plus / beta.hi);
   }
   ACTIVATION_FN T backward(T grad, T x) const {
-    const T z = beta_x(x);
+    // For a 16-bit result, beta x as a plain product: its rounding (2^-24 relative) moves sigmoid(beta x) by less
+    // than 2^-24 |beta x| (1 - sigmoid) relative, far below a 16-bit ulp.
+    const T z = k16BitResult ? x * beta.hi : beta_x(x);
     return z > threshold ? grad : grad * sigmoid_of(z);
   }
   ACTIVATION_FN T second_derivative(T x) const {

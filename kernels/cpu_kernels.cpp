@@ -96,8 +96,11 @@ void with_scalar_type(DType dtype, Fn&& fn) {
 // otherwise. On a 2-core AMD EPYC with AVX-512, the forwards of the ops with an exponential took half the time (2
 // threads, 2^22 elements, torch/ours: float32 SiLU 0.47x -> 0.93x, sigmoid 0.49x -> 0.95x, GELU 0.55x -> 1.11x,
 // bfloat16 SiLU 0.46x -> 1.01x, softplus 0.66x -> 1.24x), where 256-bit loops raced torch's 512-bit kernels. The
-// mask loops stay at 256 bits: 512-bit vectors made the float16 LeakyReLU and hardsigmoid backwards 3.4x slower
-// (0.29 -> 1.0 ms).
+// mask backward loops stay at 256 bits: 512-bit vectors made the float16 LeakyReLU and hardsigmoid backwards 3.4x
+// slower (0.29 -> 1.0 ms). The forward with a mask (cpu_forward_mask_loop) takes 512 bits, its float16 16 elements a
+// step (load_halves): forward with a mask, 2 threads, torch's forward/ours, bfloat16 LeakyReLU 0.98x -> 1.57x,
+// hardsigmoid 0.85x -> 1.22x; float16 LeakyReLU 1.04x -> 1.18x (with load8's 8 elements a step in 512-bit loops:
+// 0.26x).
 #ifdef ACTIVATIONS_CPU_AVX512
 #define ACTIVATIONS_CPU_WIDE_LOOP \
   ACTIVATIONS_CPU_LOOP_FOR("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,prefer-vector-width=512")
@@ -330,7 +333,7 @@ struct SelectsConstants<F, std::void_t<decltype(std::declval<const F&>().constan
 // 1.4-1.9x the time of those without, one thread, and the bfloat16 and float16 steps of ReLU, LeakyReLU,
 // hardtanh, ReLU6 and hardsigmoid ran at 0.58-0.94x of torch's.)
 template <class F, class T, class Out>
-ACTIVATIONS_CPU_LOOP void cpu_forward_mask_loop(int64_t n, F f, const T* x, Out* y, uint8_t* mask) {
+ACTIVATIONS_CPU_WIDE_LOOP void cpu_forward_mask_loop(int64_t n, F f, const T* x, Out* y, uint8_t* mask) {
   using C = compute_t<T>;
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
@@ -338,7 +341,7 @@ ACTIVATIONS_CPU_LOOP void cpu_forward_mask_loop(int64_t n, F f, const T* x, Out*
     int32_t passes[32];
     if constexpr (kF16c && std::is_same_v<T, c10::Half>) {
 #pragma GCC unroll 4
-      for (int k = 0; k < 32; k += 8) load8(x + i + k, v + k);
+      for (int k = 0; k < 32; k += kHalfStep) load_halves(x + i + k, v + k);
     } else {
 #pragma GCC unroll 8
       for (int k = 0; k < 32; ++k) v[k] = load(x[i + k]);
@@ -350,7 +353,7 @@ ACTIVATIONS_CPU_LOOP void cpu_forward_mask_loop(int64_t n, F f, const T* x, Out*
     }
     if constexpr (kF16c && std::is_same_v<Out, c10::Half>) {
 #pragma GCC unroll 4
-      for (int k = 0; k < 32; k += 8) store8(r + k, y + i + k);
+      for (int k = 0; k < 32; k += kHalfStep) store_halves(r + k, y + i + k);
     } else {
 #pragma GCC unroll 8
       for (int k = 0; k < 32; ++k) y[i + k] = store<Out>(r[k]);
@@ -372,13 +375,19 @@ ACTIVATIONS_CPU_LOOP void cpu_forward_mask_loop(int64_t n, F f, const T* x, Out*
 // MaskBackward with its factors' special values decided outside the loop, both sides computed and one selected:
 // the same bits, branch-free. A passing factor of 1 (LeakyReLU) passes the gradient as it is (1 * grad is grad,
 // the zeros' signs and infinities included), without Coefficient::times' product, checks and selects: the bfloat16
-// LeakyReLU backward ran at 0.72-0.79x of torch's with them.
-template <class C, bool kPassingOne, bool kBlockedZero>
+// LeakyReLU backward ran at 0.72-0.79x of torch's with them. k16BitResult: the factor rounded to float times the
+// gradient, as LeakyRelu's 16-bit forward, within 2^-23 of the exact product, so the 16-bit result is correctly
+// rounded or one ulp off (2 threads, 2^22 elements, torch/ours: bfloat16 LeakyReLU backward 0.87x -> 1.08x,
+// float16 0.88x -> 1.43x, bfloat16 hardsigmoid 0.85x -> 1.18x).
+template <class C, bool kPassingOne, bool kBlockedZero, bool k16BitResult>
 struct MaskSelect {
   MaskBackward<C> m;
+  static C product(const Coefficient<C>& factor, C grad) {
+    return k16BitResult ? grad * factor.hi : factor.times(grad);
+  }
   C operator()(C grad, bool passes) const {
-    const C pass = kPassingOne ? grad : m.passing.times(grad);
-    const C block = kBlockedZero ? C(0) : m.blocked.times(grad);
+    const C pass = kPassingOne ? grad : product(m.passing, grad);
+    const C block = kBlockedZero ? C(0) : product(m.blocked, grad);
     return passes ? pass : block;
   }
 };
@@ -546,9 +555,10 @@ void cpu_mask_backward(DType dtype, double passing, double blocked, const void* 
         cpu_mask_copy_loop(count, g_raw + first, mask + byte, out_raw + first);
       });
     }
-    if (passing == 1.0) return run(MaskSelect<C, true, false>{backward});  // LeakyReLU
-    if (backward.blocked_is_zero) return run(MaskSelect<C, false, true>{backward});  // hardsigmoid
-    run(MaskSelect<C, false, false>{backward});
+    constexpr bool k16Bit = sizeof(scalar_t) == 2;
+    if (passing == 1.0) return run(MaskSelect<C, true, false, k16Bit>{backward});  // LeakyReLU
+    if (backward.blocked_is_zero) return run(MaskSelect<C, false, true, k16Bit>{backward});  // hardsigmoid
+    run(MaskSelect<C, false, false, k16Bit>{backward});
   });
 }
 
