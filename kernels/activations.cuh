@@ -55,6 +55,74 @@ ACTIVATION_FN T one_plus_error(T u, T m) {
   return u > T(1) ? T(1) - (m - u) : u - (m - T(1));
 }
 
+// Float arithmetic that both devices' kernels share: GELU's normal tail, and the pieces of it that the CPU's exp
+// uses too. Fused multiply-adds are written out (fmaf), so that the CPU (-ffp-contract=off) and the GPU round at
+// the same steps.
+namespace float_math {
+
+ACTIVATION_FN uint32_t bits_of(float f) {
+  uint32_t bits;
+  memcpy(&bits, &f, sizeof bits);
+  return bits;
+}
+
+// (e^r - 1 - r) / r^2 for |r| <= ln2 / 2: a degree-5 polynomial fitted to it (SLEEF's expf coefficients).
+ACTIVATION_FN float expm1_tail(float r) {
+  return fmaf(fmaf(fmaf(fmaf(fmaf(0.000198527617612853646278381f, r, 0.00139304355252534151077271f), r,
+                            0.00833336077630519866943359f), r, 0.0416664853692054748535156f), r,
+                  0.166666671633720397949219f), r, 0.5f);
+}
+
+// 2^24 exp(hi + lo) for GELU, with hi in [-104.7, 0] and |lo| at most half an ulp of hi (a value held in
+// two parts): host_float::exp's method (the CPU's exp) without its clamps and NaN select, which this use needs not. The factor
+// 2^24 keeps the result a normal float down to exp(-104.3), so that the products that scale it back into the
+// subnormals round once; at hi = -104.69 (and below -104.32) 2^k's exponent field is 0 and the result is 0.
+ACTIVATION_FN float exp_nonpositive_scaled(float hi, float lo) {
+  const float rounder = 12583063.0f;  // 1.5 * 2^23 + 127 + 24: the sum's low mantissa bits hold k + 151
+  const float shifted = fmaf(hi, 1.44269504088896341f, rounder);
+  const float k = shifted - rounder;
+  const float r = minus_k_ln2(hi, k) + lo;
+  const float two_to_k = float_from_bits(bits_of(shifted) << 23);
+  return fmaf(two_to_k, fmaf(r * r, expm1_tail(r), r), two_to_k);
+}
+
+// Phi(-|x|) (the normal distribution's tail) and phi(x) (its density) for the float GELU, in one exponential:
+// Phi(-a) = exp(-a^2 / 2) t Q(t) with t = 1 / (1 + 0.34375 a), Q a degree-8 polynomial fitted to
+// Phi(-a) exp(a^2 / 2) / t = erfcx(a / sqrt(2)) / (2 t) on a in [0, 14] (relative error 2.4e-8; t maps it into
+// [0.17, 1], where Q is smooth), and phi(x) = exp(-a^2 / 2) / sqrt(2 pi) from the same exponential. Q's
+// coefficients and 1 / sqrt(2 pi) carry the 2^-24 that undoes exp_nonpositive_scaled's 2^24 (exact: powers of
+// two). a^2 is held in two parts (the exponential would magnify its rounding a^2 / 2, up to 105, times). a is
+// clamped to 14.47, where the exponential is 0 (from 14 on, Q is used a little past its fit, for results below
+// 2^-143: Phi(-14) is 7.8e-45); NaN takes 14.47 too, and x itself carries it into the result.
+// Against the form the GPU used before (Numerical Recipes' erfcc: two exponentials and a degree-9 polynomial in
+// series) the float32 GELU forward took 0.4x of the time on the 2-core x86-64 machine (one thread: 2.3-2.7 ns an
+// element, now 0.95-1.0): the loop was bound by the latency of its longest chain of dependent instructions, which
+// this halves. Measured over every 101st float against long double: forward <= 6.0 ulp, backward <= 5.7 (the
+// erfcc form: 6.8 and 7.0). Both devices compute it: every step is an explicit fma or a single operation (no
+// product that nvcc could contract), and the division is IEEE on both, so a float GELU has the same bits on each.
+struct NormalTail {
+  float tail, pdf;
+};
+ACTIVATION_FN NormalTail normal_tail(float x) {
+  const float magnitude = fabsf(x);
+  const float a = magnitude < 14.47f ? magnitude : 14.47f;
+  const float square = a * a;
+  const float e = exp_nonpositive_scaled(-0.5f * square, -0.5f * fmaf(a, a, -square));
+  const float t = 1.0f / fmaf(a, 0.34375f, 1.0f);
+  constexpr float kScale = 1.0f / 16777216;  // 2^-24
+  float q = fmaf(-2.798232995e-02f * kScale, t, 1.446009874e-01f * kScale);
+  q = fmaf(q, t, -2.730886042e-01f * kScale);
+  q = fmaf(q, t, 1.922969520e-01f * kScale);
+  q = fmaf(q, t, -4.012899101e-02f * kScale);
+  q = fmaf(q, t, 1.129568815e-01f * kScale);
+  q = fmaf(q, t, 1.166759953e-01f * kScale);
+  q = fmaf(q, t, 1.375498027e-01f * kScale);
+  q = fmaf(q, t, 1.371193081e-01f * kScale);
+  return {e * (t * q), e * (0.398942280401432677940f * kScale)};
+}
+
+}  // namespace float_math
+
 #ifndef __CUDA_ARCH__
 // exp in float for the CPU kernels (ELU's backward from the input, sigmoid, SiLU, GELU, softplus, mish). libm's
 // expf is a call that g++ cannot vectorize; this is inline and branch-free, so the loops around it vectorize.
@@ -63,18 +131,8 @@ ACTIVATION_FN T one_plus_error(T u, T m) {
 // written here.
 namespace host_float {
 
-inline uint32_t bits_of(float f) {
-  uint32_t bits;
-  memcpy(&bits, &f, sizeof bits);
-  return bits;
-}
-
-// (e^r - 1 - r) / r^2 for |r| <= ln2 / 2: a degree-5 polynomial fitted to it (SLEEF's expf coefficients).
-inline float expm1_tail(float r) {
-  return fmaf(fmaf(fmaf(fmaf(fmaf(0.000198527617612853646278381f, r, 0.00139304355252534151077271f), r,
-                            0.00833336077630519866943359f), r, 0.0416664853692054748535156f), r,
-                  0.166666671633720397949219f), r, 0.5f);
-}
+using float_math::bits_of;
+using float_math::expm1_tail;
 
 // exp(x) = 2^k (1 + p) for x = k ln2 + r, |r| <= ln2 / 2, with 2^k as the product of two powers of two: each is a
 // normal float for every k the clamp allows, so a result in the subnormal range is rounded once, by the second
@@ -138,52 +196,6 @@ inline float log1p(float u) {
   const float result = fmaf(kf, 0.693359375f, r + y);
   const float special = u == -1.0f ? -INFINITY : (u < -1.0f ? NAN : u);  // -1, below, NaN, +inf, +-0
   return (u == 0.0f || u == INFINITY || !(u > -1.0f)) ? special : result;
-}
-
-// 2^24 exp(hi + lo) for the host GELU, with hi in [-104.7, 0] and |lo| at most half an ulp of hi (a value held in
-// two parts): host_float::exp's method without its clamps and NaN select, which this use needs not. The factor
-// 2^24 keeps the result a normal float down to exp(-104.3), so that the products that scale it back into the
-// subnormals round once; at hi = -104.69 (and below -104.32) 2^k's exponent field is 0 and the result is 0.
-inline float exp_nonpositive_scaled(float hi, float lo) {
-  const float rounder = 12583063.0f;  // 1.5 * 2^23 + 127 + 24: the sum's low mantissa bits hold k + 151
-  const float shifted = fmaf(hi, 1.44269504088896341f, rounder);
-  const float k = shifted - rounder;
-  const float r = minus_k_ln2(hi, k) + lo;
-  const float two_to_k = float_from_bits(bits_of(shifted) << 23);
-  return fmaf(two_to_k, fmaf(r * r, expm1_tail(r), r), two_to_k);
-}
-
-// Phi(-|x|) (the normal distribution's tail) and phi(x) (its density) for the host GELU, in one exponential:
-// Phi(-a) = exp(-a^2 / 2) t Q(t) with t = 1 / (1 + 0.34375 a), Q a degree-8 polynomial fitted to
-// Phi(-a) exp(a^2 / 2) / t = erfcx(a / sqrt(2)) / (2 t) on a in [0, 14] (relative error 2.4e-8; t maps it into
-// [0.17, 1], where Q is smooth), and phi(x) = exp(-a^2 / 2) / sqrt(2 pi) from the same exponential. Q's
-// coefficients and 1 / sqrt(2 pi) carry the 2^-24 that undoes exp_nonpositive_scaled's 2^24 (exact: powers of
-// two). a^2 is held in two parts (the exponential would magnify its rounding a^2 / 2, up to 105, times). a is
-// clamped to 14.47, where the exponential is 0 (from 14 on, Q is used a little past its fit, for results below
-// 2^-143: Phi(-14) is 7.8e-45); NaN takes 14.47 too, and x itself carries it into the result. Against the CUDA kernels' form (erfcc: two exponentials and a degree-9 polynomial
-// in series) the float32 GELU forward took 0.4x of the time on the 2-core x86-64 machine (one thread: 2.3-2.7 ns
-// an element, now 0.95-1.0): the loop was bound by the latency of its longest chain of dependent instructions,
-// which this halves. Measured over every 101st float against long double: forward <= 6.0 ulp, backward <= 5.7
-// (the erfcc form: 6.8 and 7.0).
-struct NormalTail {
-  float tail, pdf;
-};
-inline NormalTail normal_tail(float x) {
-  const float magnitude = fabsf(x);
-  const float a = magnitude < 14.47f ? magnitude : 14.47f;
-  const float square = a * a;
-  const float e = exp_nonpositive_scaled(-0.5f * square, -0.5f * fmaf(a, a, -square));
-  const float t = 1.0f / fmaf(a, 0.34375f, 1.0f);
-  constexpr float kScale = 1.0f / 16777216;  // 2^-24
-  float q = fmaf(-2.798232995e-02f * kScale, t, 1.446009874e-01f * kScale);
-  q = fmaf(q, t, -2.730886042e-01f * kScale);
-  q = fmaf(q, t, 1.922969520e-01f * kScale);
-  q = fmaf(q, t, -4.012899101e-02f * kScale);
-  q = fmaf(q, t, 1.129568815e-01f * kScale);
-  q = fmaf(q, t, 1.166759953e-01f * kScale);
-  q = fmaf(q, t, 1.375498027e-01f * kScale);
-  q = fmaf(q, t, 1.371193081e-01f * kScale);
-  return {e * (t * q), e * (0.398942280401432677940f * kScale)};
 }
 
 }  // namespace host_float
@@ -772,13 +784,10 @@ struct Gelu {
   ACTIVATION_FN explicit Gelu(const double* args) : tanh_form(args[0] != 0.0) {}
 
   // Phi(x) and phi(x), both from E = exp(-x^2 / 2), with x^2 in two parts (the exponential would magnify the
-  // rounding of x^2 / 2, 60 at x = -11, times over). In float on the GPU: Phi(-|x|) = erfc(|x| / sqrt(2)) / 2
-  // by Numerical Recipes' erfcc, t E exp(P(t)) with t = 1 / (1 + |x| / (2 sqrt(2))) and a polynomial P (relative
-  // error below 1.2e-7 on the whole line), whose exponential has a small argument: one division, two
-  // exponentials, no cancellation; and Phi(|x|) = 1 - Phi(-|x|). In float on the CPU: host_float::normal_tail,
-  // one exponential (see there). In double, where 1.2e-7 is too coarse: on the CPU host_double::normal (see
-  // there); on the GPU the C library's erfc, with -x / sqrt(2) in two parts and its rounding corrected to first
-  // order.
+  // rounding of x^2 / 2, 60 at x = -11, times over), and Phi(|x|) = 1 - Phi(-|x|). In float on both devices:
+  // float_math::normal_tail, one exponential, one division, no cancellation (see there). In double: on the CPU
+  // host_double::normal (see there); on the GPU the C library's erfc, with -x / sqrt(2) in two parts and its
+  // rounding corrected to first order.
   struct Normal {
     T cdf, pdf;
   };
@@ -792,53 +801,35 @@ struct Gelu {
       const T tail = t * exp2_for_16bit(fma_of(x, minus_half_square_log2, tail_exponent_16bit(t)));  // Phi(-|x|)
       return {x < T(0) ? tail : T(1) - tail, T(kInvSqrt2Pi) * exp2_for_16bit(x * minus_half_square_log2)};
     }
-#ifndef __CUDA_ARCH__
     if constexpr (sizeof(T) == 4) {
-      const host_float::NormalTail n = host_float::normal_tail(x);
+      const float_math::NormalTail n = float_math::normal_tail(x);
       return {x < T(0) ? n.tail : T(1) - n.tail, n.pdf};
     } else {
+#ifndef __CUDA_ARCH__
       const host_double::NormalCdfPdf n = host_double::normal(x);
       return {n.cdf, n.pdf};
-    }
-#endif
-    const Product<T> square(x, x);
-    const T e = exp_of(T(-0.5) * square.hi);
-    const T exp_half_square = square.lo - square.lo == T(0) ? fma_of(e, T(-0.5) * square.lo, e) : e;
-    const T pdf = T(kInvSqrt2Pi) * exp_half_square;
-    if constexpr (sizeof(T) == 8) {
+#else
+      const Product<T> square(x, x);
+      const T e = exp_of(T(-0.5) * square.hi);
+      const T pdf = T(kInvSqrt2Pi) * (square.lo - square.lo == T(0) ? fma_of(e, T(-0.5) * square.lo, e) : e);
       const T z = minus_inv_sqrt2.times(x);
       const T lost = fma_of(x, minus_inv_sqrt2.hi, -z) + x * minus_inv_sqrt2.lo;  // -x / sqrt(2) - z
       const T erfc_z = erfc_of(z);
       const T correction = lost * T(kTwoOverSqrtPi) * exp_of(-z * z);
       return {T(0.5) * (lost - lost == T(0) ? erfc_z - correction : erfc_z), pdf};
-    } else {
-      const T t = T(1) / fma_of(fabs(x), T(0.5 * kInvSqrt2), T(1));
-      const T tail = T(0.5) * t * exp_half_square * exp_of(erfcc_exponent(t));  // Phi(-|x|)
-      return {x < T(0) ? tail : T(1) - tail, pdf};
+#endif
     }
   }
   // Q(t) = log2(Phi(-a) / t) + a^2 log2(e) / 2 with t = 1 / (1 + a / (2 sqrt(2))), a >= 0: a degree-5 fit on
   // t in [0.15, 1] (a <= 16, past which a 16-bit result is 0), within 2^-16.9 of Q in relative terms of Phi;
   // over every float16 and bfloat16 input, emulated in float, the result is correctly rounded or one ulp off.
-  // (erfcc's degree-9 P below, accurate to 2^-23, held the 16-bit forward to 95 % of the copy rate.)
+  // (erfcc's degree-9 polynomial, accurate to 2^-23, held the 16-bit forward to 95 % of the copy rate.)
   static ACTIVATION_FN T tail_exponent_16bit(T t) {
     T q = fma_of(T(0.330086917f), t, T(-1.0231812f));
     q = fma_of(q, t, T(0.684586823f));
     q = fma_of(q, t, T(0.367064893f));
     q = fma_of(q, t, T(1.46868753f));
     return fma_of(q, t, T(-2.82723379f));
-  }
-  // erfcc's polynomial P(t): erfc(z) = t exp(-z^2 + P(t)) with t = 1 / (1 + z / 2), z >= 0.
-  static ACTIVATION_FN T erfcc_exponent(T t) {
-    T p = fma_of(T(0.17087277), t, T(-0.82215223));
-    p = fma_of(p, t, T(1.48851587));
-    p = fma_of(p, t, T(-1.13520398));
-    p = fma_of(p, t, T(0.27886807));
-    p = fma_of(p, t, T(-0.18628806));
-    p = fma_of(p, t, T(0.09678418));
-    p = fma_of(p, t, T(0.37409196));
-    p = fma_of(p, t, T(1.00002368));
-    return fma_of(p, t, T(-1.26551223));
   }
   // (2u)' = 2 sqrt(2 / pi) (1 + 3 * 0.044715 x^2), for the tanh form. x is clamped to +-100, where s (1 - s)
   // that multiplies it is 0 already: past 1e19, x^2 would overflow and 0 * inf give NaN.
