@@ -27,7 +27,8 @@ of torch's function:
 It then prints the peak memory of a step (as timed, and inside a network, where the gradient reaching the layer is
 a temporary) and what the autograd graph keeps, the wall-clock cost of one call at 1024 elements (the --overhead
 section) and the vmap section. Without a GPU it runs a small CPU benchmark instead (2^22 elements, float32,
-bfloat16, float16 and float64, torch.compile only with --compile).
+bfloat16, float16 and float64, torch.compile only with --compile), each cell in three rounds that alternate ours and
+torch's, with glibc's malloc told to keep freed memory (keep_freed_memory) so that no call pays page faults.
 
 Times are medians of --reps samples (default 20) after a warm-up; on the GPU each sample is a pair of CUDA events,
 and calls shorter than about a millisecond are batched into one sample. GB/s counts the bytes a pass must move (see
@@ -217,6 +218,28 @@ def table_rows(ops=None):
 
 # ---------------------------------------------------------------------------------------------------------------
 # Device helpers and the timing helpers
+
+
+def keep_freed_memory():
+    """On glibc, has malloc keep the memory that freed tensors held, as torch's CUDA caching allocator does on the
+    GPU: mmap off (M_MMAP_MAX 0) and no trimming of the heap (M_TRIM_THRESHOLD). By default glibc maps every block
+    of 32 MiB or more afresh and unmaps it on free, so each float64 call at 2^22 elements page-faulted its 32 MiB
+    output in again: 8193 faults and about 9 ms a call, ours and torch's alike, for a pass that takes 0.7-0.9 ms,
+    and every float64 cell read 0.9-1.1x by chance. And glibc trims the top of its heap on free once it passes a
+    threshold that follows the blocks freed: a float16 step of ours that saves a mask (0.5 MiB beside the 8 MiB
+    tensors) had the heap trimmed and grown again every step, 512-643 page faults a step where torch's step had none.
+    Returns what it says it did, or None off glibc."""
+    import ctypes
+
+    try:
+        libc = ctypes.CDLL(None)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return None
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+    if mallopt(M_MMAP_MAX, 0) != 1 or mallopt(M_TRIM_THRESHOLD, ctypes.c_int(2**30)) != 1:
+        return None
+    return "glibc malloc keeps freed memory (mmap off, trim threshold 1 GiB): calls reuse it, as on the GPU"
 
 
 def synchronize(device):
@@ -459,7 +482,9 @@ def run_cell(record, row, impls, x, g, device, reps, copy_rate, graphs=False):
         copy_rate = size_copy_gbps(numel * itemsize, device, reps, graph)
     reference = make_pass(row.reference, x, g, direction)()
     best = {}  # impl -> [ms, plain-calls ms]
-    for round_ in range(GRAPH_ROUNDS if graph else 1):
+    # The CPU's cells take rounds too: one round of each side read 0.47-1.10x for the same float32 ReLU forward
+    # from run to run (a slow spell, or where the allocator put the output).
+    for round_ in range(GRAPH_ROUNDS if graph or device.type == "cpu" else 1):
         for impl, fn in impls.items() if round_ % 2 == 0 else reversed(impls.items()):
             if round_ and impl not in best:
                 continue  # it failed in the first round (torch.compile)
@@ -727,7 +752,7 @@ def kernelbench_problems(ops=None):
     """Every KernelBench problem (activations.PROBLEMS), or those of the ops named (each row's .kernelbench)."""
     if not ops:
         return list(activations.PROBLEMS)
-    wanted = {activations.OPS[op].kernelbench for op in ops}
+    wanted = {activations.OPS[op].kernelbench.problem for op in ops if activations.OPS[op].kernelbench}
     return [problem for problem in activations.PROBLEMS if problem in wanted]
 
 
@@ -1488,6 +1513,9 @@ def main(argv=None):
     print(f"device: {name}; torch {torch.__version__}; {torch.get_num_threads()} CPU threads", flush=True)
     if not on_gpu:
         print(f"No CUDA GPU here: benchmarking on the CPU ({fmt_size(CPU_NUMEL)} elements unless --sizes says).")
+        malloc_note = keep_freed_memory()
+        if malloc_note:
+            print(malloc_note)
 
     reps = args.reps or DEFAULT_REPS
     rows = table_rows(args.ops)

@@ -1320,6 +1320,12 @@ def test_kernelbench_problems_are_kernelbenchs():
                        "hardtanh": 32}
 
 
+def test_bench_kernelbench_section_selects_the_problems_of_the_ops_named():
+    import bench
+
+    assert bench.kernelbench_problems(["gelu", "relu", "silu"]) == ["relu", "swish", "gelu"]
+    assert bench.kernelbench_problems(None) == list(activations.PROBLEMS)
+
 @pytest.mark.parametrize("problem", PROBLEMS)
 def test_kernelbench_model_new_matches_model(problem):
     kb = activations.kernelbench(problem)
