@@ -1911,6 +1911,24 @@ def test_corrupted_or_truncated_library_is_rebuilt(tmp_path):
     assert result.returncode == 0 and "activations: compiled" in result.stderr, result.stderr[-3000:]
 
 
+def test_side_by_side_builds_leave_the_autograd_unit_a_core(monkeypatch):
+    monkeypatch.delenv("MAX_JOBS", raising=False)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    with activations._ninja_jobs(2):
+        assert os.environ["MAX_JOBS"] == "15"
+    assert "MAX_JOBS" not in os.environ
+    with activations._ninja_jobs(1):  # one library: ninja's own default
+        assert "MAX_JOBS" not in os.environ
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1}, raising=False)
+    with activations._ninja_jobs(2):  # 2 cores: the kernels' two units keep both
+        assert "MAX_JOBS" not in os.environ
+    monkeypatch.setenv("MAX_JOBS", "3")
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(16)), raising=False)
+    with activations._ninja_jobs(2):  # the user's setting stands
+        assert os.environ["MAX_JOBS"] == "3"
+    assert os.environ["MAX_JOBS"] == "3"
+
+
 def test_two_cold_imports_at_once_build_once(tmp_path):
     copy_project(tmp_path)
     cache = tmp_path / "cache"
