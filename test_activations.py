@@ -1326,6 +1326,7 @@ def test_bench_kernelbench_section_selects_the_problems_of_the_ops_named():
     assert bench.kernelbench_problems(["gelu", "relu", "silu"]) == ["relu", "swish", "gelu"]
     assert bench.kernelbench_problems(None) == list(activations.PROBLEMS)
 
+
 @pytest.mark.parametrize("problem", PROBLEMS)
 def test_kernelbench_model_new_matches_model(problem):
     kb = activations.kernelbench(problem)
