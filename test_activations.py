@@ -1181,6 +1181,40 @@ def test_softmax_over_a_leading_dim_matches_float64(name, device, dtype):
                            f"{name} {dtype} dim 0 of {list(x.shape)} backward (seed {seed})")
 
 
+# [outer, n, inner] shapes for the CUDA column paths (plan_columns): tiles as wide as a row of the slab (inner 8),
+# tiles narrower than it (inner 24: two of 12 columns in float32), tiles of 16 columns and a narrower last one
+# (inner 100), tiles halved until one fills a block's shared memory (n 4000), and, by default, the columns kernels
+# for columns too long for any tile (n 20000), too short (n 8) or too few (inner 3). Each is also run with the
+# path forced (ACTIVATIONS_SOFTMAX_PLAN): the columns kernels everywhere, tiles of 8 and 64 columns wherever they fit.
+SOFTMAX_COLUMN_SHAPES = [(2, 600, 8), (3, 1000, 24), (2, 1025, 100), (1, 4000, 64), (1, 20000, 16), (64, 8, 100),
+                         (5, 700, 3)]
+
+
+@requires_cuda
+@pytest.mark.parametrize("plan", ["default", "columns", "tiles,8", "tiles,64"])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", SOFTMAX_COLUMN_SHAPES, ids=lambda s: "x".join(map(str, s)))
+@pytest.mark.parametrize("name", SOFTMAX_OPS)
+def test_softmax_columns_match_float64(name, shape, dtype, plan, monkeypatch):
+    """Forward and backward over dim 1 of [outer, n, inner] on CUDA: each column is a row of softmax_rows, special
+    rows included, so every tile holds -inf, NaN, +inf and huge columns beside plain ones."""
+    if plan != "default":
+        monkeypatch.setenv("ACTIVATIONS_SOFTMAX_PLAN", plan)
+    outer, n, inner = shape
+    seed = fresh_seed()
+    x = softmax_rows(n, outer * inner - 6, dtype, "cuda", seed).view(outer, inner, n).transpose(1, 2).contiguous()
+    what = f"{name} {dtype} dim 1 of {list(x.shape)}, plan {plan}"
+    poison_allocator("cuda", 4 * x.numel() * x.element_size())
+    y = softmax_ours(name)(x.requires_grad_(), 1)
+    check_softmax_forward(name, x, y, 1, f"{what} forward (seed {seed})")
+    g = torch.randn(x.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)).to(dtype).to("cuda")
+    poison_allocator("cuda", 4 * x.numel() * x.element_size())
+    (grad_input,) = torch.autograd.grad(y, x, g)
+    finite = y.detach().isfinite().all(1, keepdim=True).expand_as(y)  # a NaN column's backward is NaN
+    y, g, grad_input = (torch.where(finite, t, 0) for t in (y, g, grad_input))
+    check_softmax_backward(name, y, g, grad_input, 1, f"{what} backward (seed {seed})")
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", SOFTMAX_OPS)
 def test_softmax_dims_layouts_and_edge_cases_match_torch(name, device):
@@ -1841,7 +1875,8 @@ def test_work_on_a_side_stream_is_ordered():
 @requires_cuda
 @pytest.mark.skipif(shutil.which("compute-sanitizer") is None, reason="compute-sanitizer not found")
 def test_compute_sanitizer_memcheck_is_clean(tmp_path):
-    """Every kernel (softmax's row paths too), odd sizes and misaligned views, under compute-sanitizer's memcheck."""
+    """Every kernel (softmax's row and column paths too), odd sizes and misaligned views, under compute-sanitizer's
+    memcheck."""
     script = textwrap.dedent("""
         import torch, activations
         for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
@@ -1863,6 +1898,12 @@ def test_compute_sanitizer_memcheck_is_clean(tmp_path):
                     for name in activations.REDUCTIONS:
                         y = getattr(activations, name)(x.requires_grad_(), -1)
                         torch.autograd.grad(y, x, torch.randn_like(y))
+            # Columns: in tiles (the last one narrower at inner 100) and by the columns kernels (n 9).
+            for shape in ((2, 600, 8), (2, 700, 100), (3, 9, 5)):
+                x = torch.randn(shape, device="cuda", dtype=dtype)
+                for name in activations.REDUCTIONS:
+                    y = getattr(activations, name)(x.requires_grad_(), 1)
+                    torch.autograd.grad(y, x, torch.randn_like(y))
         torch.cuda.synchronize()
         print("sanitized")
     """)

@@ -12,7 +12,9 @@
 //   passes. Blocks reduce parts of a row to partial (max, sum) pairs in a workspace, then each block combines its
 //   row's pairs and writes its part, reading it again.
 // A row need not start on a 16-byte boundary (one of 50257 floats does not): see load_vec.
-// Columns (inner > 1): one thread per column, an online (max, compensated sum) pass, then the writing pass.
+// Columns (inner > 1): in tiles of neighbouring columns staged in a block's shared memory, one read and one write
+// per element (plan_columns); where a tile does not fit, one thread per column, an online (max, compensated sum)
+// pass, then the writing pass.
 //
 // All math is in float (double for float64); 16-bit results are rounded once. A row with a NaN or +inf gives
 // NaN everywhere, a row of all -inf NaN too (0 / 0), as torch's.
@@ -206,20 +208,26 @@ __device__ __forceinline__ void store_vec(S* row, int64_t n, int shift, int64_t 
   }
 }
 
-// Visits this thread's vectors among grid positions [begin, end) of a row (thread t: begin + t V, then strides of
-// kThreads V): use(p, load(p)) for each, with kUnroll loads in flight before their uses.
-template <int kThreads, int V, int kUnroll, class Load, class Use>
-__device__ __forceinline__ void for_each_vector(int64_t begin, int64_t end, Load load, Use use) {
-  constexpr int64_t kStride = static_cast<int64_t>(kThreads) * V;
-  for (int64_t first = begin + threadIdx.x * V; first < end; first += kUnroll * kStride) {
+// Visits positions first, first + stride, ... below end: use(p, load(p)) for each, with kUnroll loads in flight
+// before their uses.
+template <int kUnroll, class Load, class Use>
+__device__ __forceinline__ void for_each_strided(int64_t first, int64_t end, int64_t stride, Load load, Use use) {
+  for (; first < end; first += kUnroll * stride) {
     decltype(load(first)) q[kUnroll];
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (first + u * kStride < end) q[u] = load(first + u * kStride);
+      if (first + u * stride < end) q[u] = load(first + u * stride);
 #pragma unroll
     for (int u = 0; u < kUnroll; ++u)
-      if (first + u * kStride < end) use(first + u * kStride, q[u]);
+      if (first + u * stride < end) use(first + u * stride, q[u]);
   }
+}
+
+// Visits this thread's vectors among grid positions [begin, end) of a row (thread t: begin + t V, then strides of
+// kThreads V), as for_each_strided.
+template <int kThreads, int V, int kUnroll, class Load, class Use>
+__device__ __forceinline__ void for_each_vector(int64_t begin, int64_t end, Load load, Use use) {
+  for_each_strided<kUnroll>(begin + threadIdx.x * V, end, static_cast<int64_t>(kThreads) * V, load, use);
 }
 
 template <int kWidth, class C, class Op>
@@ -870,6 +878,138 @@ __global__ void __launch_bounds__(kColumnThreads)
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// Columns in tiles: a block holds `width` neighbouring columns of one outer index, all n elements of each, in
+// shared memory. It reads the tile once, reduces it there column by column and writes it once, where the columns
+// kernels above read every element twice: their second pass found nothing left in L2 (H100, softmax over dim 1
+// of 1024 x 1024 x 1024 float32: 60 % of the floor forward, 55 % backward). Thread (group, column) takes the
+// column's rows group, group + groups, ...: a warp reads neighbouring columns of a row, or neighbouring elements
+// of the contiguous [n, inner] slab where width = inner. A thread reads back only what it staged, so the tile
+// needs no barrier; the groups' partial results meet in `partial`. plan_columns picks the width.
+
+constexpr int kTileThreads = 512;
+constexpr int kTileUnroll = 8;
+constexpr int kTileMinWidth = 8;  // at most kTileThreads / 8 groups' partials to combine a column
+constexpr int64_t kTileMinRows = 512;
+constexpr int64_t kTileBytes = 72 * 1024;  // three blocks in an H100 SM's 228 KB
+
+struct TilePosition {
+  int64_t offset;   // of this thread's column's element 0
+  int column, group, groups;
+  bool active;      // a column of the tile (an outer index's last tile may be narrower than width)
+  __device__ TilePosition(int64_t n, int64_t inner, int width, int64_t tiles) {
+    const int64_t outer = blockIdx.x / tiles, first = (blockIdx.x % tiles) * static_cast<int64_t>(width);
+    column = threadIdx.x % width;
+    offset = outer * n * inner + first + column;
+    group = threadIdx.x / width;
+    groups = kTileThreads / width;
+    active = group < groups && column < inner - first;
+  }
+};
+
+template <class S>
+__device__ __forceinline__ S* tile_memory() {
+  extern __shared__ __align__(16) unsigned char tile_memory_bytes[];
+  return reinterpret_cast<S*>(tile_memory_bytes);
+}
+
+// The column's result from every group's partial result v, combined in the same order in all its threads.
+template <class C, class Op>
+__device__ __forceinline__ C combine_groups(C v, Op op, C* partial, const TilePosition& at, int width) {
+  partial[threadIdx.x] = v;  // threadIdx.x = group * width + column
+  __syncthreads();
+  C r = partial[at.column];
+  for (int k = 1; k < at.groups; ++k) r = op(r, partial[k * width + at.column]);
+  __syncthreads();
+  return r;
+}
+
+template <class S>
+__global__ void __launch_bounds__(kTileThreads)
+    tiles_forward(const S* __restrict__ x, S* __restrict__ y, int64_t n, int64_t inner, int width, int64_t tiles,
+                  bool log) {
+  using N = Num<S>;
+  using C = typename N::C;
+  __shared__ C partial[kTileThreads];
+  S* tile = tile_memory<S>();
+  const TilePosition at(n, inner, width, tiles);
+  const auto staged = [&](int64_t j) -> S& { return tile[j * width + at.column]; };
+  C m = -INFINITY;
+  if (at.active)
+    for_each_strided<kTileUnroll>(
+        at.group, n, at.groups, [&](int64_t j) { return x[at.offset + j * inner]; },
+        [&](int64_t j, S v) {
+          staged(j) = v;
+          m = max_nan(m, N::load(v));
+        });
+  m = combine_groups(m, Max{}, partial, at, width);
+  // The sum of exp(v - m), compensated as columns_forward's. m is the column's max: every term is in [0, 1], or
+  // NaN where m is -inf (a column of all -inf: NaN everywhere, as torch's), +inf or NaN.
+  C s = 0, lost = 0;
+  if (at.active)
+    for (int64_t j = at.group; j < n; j += at.groups) {
+      const C term = exp_for<S>(N::load(staged(j)) - m) - lost;
+      const C sum = s + term;
+      lost = (sum - s) - term;
+      s = sum;
+    }
+  s = combine_groups(s, Sum{}, partial, at, width);
+  const C log_s = log ? log_(s) : C(0), inv_s = C(1) / s;
+  if (at.active)
+    for (int64_t j = at.group; j < n; j += at.groups) {
+      const C v = N::load(staged(j));
+      y[at.offset + j * inner] = N::store(log ? (v - m) - log_s : exp_for<S>(v - m) * inv_s);
+    }
+}
+
+// Stages g (and softmax's y: the tile holds n x width of each); log_softmax's y is read once, in the writing pass.
+template <class S>
+__global__ void __launch_bounds__(kTileThreads)
+    tiles_backward(const S* __restrict__ g, const S* __restrict__ y, S* __restrict__ gi, int64_t n, int64_t inner,
+                   int width, int64_t tiles, bool log) {
+  using N = Num<S>;
+  using C = typename N::C;
+  __shared__ C partial[kTileThreads];
+  S* tile = tile_memory<S>();
+  const TilePosition at(n, inner, width, tiles);
+  const auto staged_g = [&](int64_t j) -> S& { return tile[j * width + at.column]; };
+  const auto staged_y = [&](int64_t j) -> S& { return tile[(n + j) * width + at.column]; };
+  C d = 0;
+  if (at.active) {
+    if (log) {
+      for_each_strided<kTileUnroll>(
+          at.group, n, at.groups, [&](int64_t j) { return g[at.offset + j * inner]; },
+          [&](int64_t j, S gj) {
+            staged_g(j) = gj;
+            d += N::load(gj);
+          });
+    } else {
+      for_each_strided<kTileUnroll>(
+          at.group, n, at.groups,
+          [&](int64_t j) { return Vec<S, 2>{{g[at.offset + j * inner], y[at.offset + j * inner]}}; },
+          [&](int64_t j, const Vec<S, 2>& gy) {
+            staged_g(j) = gy.v[0];
+            staged_y(j) = gy.v[1];
+            d += N::load(gy.v[0]) * N::load(gy.v[1]);
+          });
+    }
+  }
+  d = combine_groups(d, Sum{}, partial, at, width);
+  if (!at.active) return;
+  if (log) {
+    for_each_strided<kTileUnroll>(
+        at.group, n, at.groups, [&](int64_t j) { return y[at.offset + j * inner]; },
+        [&](int64_t j, S yj) {
+          gi[at.offset + j * inner] = N::store(N::load(staged_g(j)) - exp_for<S>(N::load(yj)) * d);
+        });
+  } else {
+    for (int64_t j = at.group; j < n; j += at.groups) {
+      const C yj = N::load(staged_y(j));
+      gi[at.offset + j * inner] = N::store(yj * (N::load(staged_g(j)) - d));
+    }
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // Host side: choosing a path and launching it.
 
 struct DeviceInfo {
@@ -1113,12 +1253,12 @@ const char* with_reg_kernel(const Plan& plan, bool log, Fn&& fn) {
 // Lets `kernel` take up to the device's most dynamic shared memory, with the L1 cache carved out to the least,
 // and (Hopper) clusters past the portable 8 blocks; once per device.
 template <class Kernel>
-const char* allow_staging(Kernel kernel, bool* done) {
+const char* allow_staging(Kernel kernel, bool* done, int64_t static_shared = kStaticShared) {
   int device = 0;
   cudaGetDevice(&device);
   if (device < 0 || device >= 64 || done[device]) return nullptr;
   cudaError_t error = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           device_info().shared_per_block - static_cast<int>(kStaticShared));
+                                           device_info().shared_per_block - static_cast<int>(static_shared));
   if (error == cudaSuccess)
     error = cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
   if (error == cudaSuccess && device_info().major == 9)
@@ -1214,6 +1354,93 @@ const char* run_rows(bool log, int64_t rows, int64_t n, const void* a, const voi
   return with_vec(std::integral_constant<int, 1>{});
 }
 
+// Bytes of a column tile's shared memory at `width` columns: forward x's, backward g's and softmax's y.
+template <class S>
+int64_t tile_bytes(bool backward, bool log, int64_t n, int64_t width) {
+  return n * width * static_cast<int64_t>(sizeof(S)) * (backward && !log ? 2 : 1);
+}
+
+template <class S>
+constexpr int64_t kTileStaticShared = kTileThreads * static_cast<int64_t>(sizeof(typename Num<S>::C));
+
+// The width of the column tiles for a call over [outer, n, inner] (inner > 1), or 0 for the columns kernels.
+// Columns of at least kTileMinRows elements take tiles, the most columns up to a 128-byte row segment (or all
+// inner columns), halved while the tile is past kTileBytes and its row segment past 64 bytes, then while it is
+// past a block's whole shared memory. H100 (tools/softmax_plans.py, softmax over dim 1, tiles against the columns
+// kernels; results/h100-2026-11-27/column_plans.log):
+// - 1024 x 1024 x 1024 float32: forward 4.27 ms in 16 columns against 4.72 (in 32, one 128 KB block an SM:
+//   5.05); backward 6.51 in 16 against 7.75 (in 8: 7.17). bfloat16 backward 3.80 in 16 and 4.21 in 32 against 4.96.
+// - 16 x 4096 x 4096 float32 forward 1.53 in 8 against 1.81; 2048 x 2048 x 8 float32 forward 0.15 against 0.74
+//   (inner 8: a warp of the columns kernel reads 4 outer indices' short rows).
+// - Shorter columns ran slower in tiles (4096 x 32 x 1024 float32 forward 2.04 against 0.53, 8 x 300 x 131072
+//   1.51 against 1.35): a block's tile is small, and the columns kernel's second pass finds more in L2.
+// - 16-bit forwards over 32 or more columns ran slower in tiles (1024 x 1024 x 1024 bfloat16: 3.50 in 16 and 3.76
+//   in 32 against 2.91; 16 x 4096 x 4096: 1.53 in 8 against 1.38).
+// ACTIVATIONS_SOFTMAX_PLAN (see plan_rows) forces "columns" or "tiles,W" (W columns, where the tile fits one
+// block), for timing the alternatives.
+template <class S>
+int plan_columns(bool backward, bool log, SoftmaxShape shape) {
+  const int64_t limit = device_info().shared_per_block - kTileStaticShared<S>;
+  const auto fits = [&](int64_t width, int64_t budget) {
+    const int64_t tiles = (shape.inner + width - 1) / width;
+    return width <= kTileThreads && shape.outer * tiles <= 0x7fffffff &&
+           tile_bytes<S>(backward, log, shape.n, width) <= budget;
+  };
+  const char* forced = getenv("ACTIVATIONS_SOFTMAX_PLAN");
+  int forced_width = 0;
+  if (forced != nullptr && strcmp(forced, "columns") == 0) return 0;
+  if (forced != nullptr && sscanf(forced, "tiles,%d", &forced_width) == 1 && forced_width >= kTileMinWidth) {
+    const int64_t width = std::min<int64_t>(forced_width, shape.inner);
+    if (width >= kTileMinWidth && fits(width, limit)) return static_cast<int>(width);
+  }
+  if (shape.n < kTileMinRows || (!backward && sizeof(S) == 2 && shape.inner >= 32)) return 0;
+  int64_t width = std::min<int64_t>(shape.inner, 128 / sizeof(S));
+  const auto halve = [&](int64_t budget, int64_t segment_bytes) {
+    while (!fits(width, budget) && width * static_cast<int64_t>(sizeof(S)) > segment_bytes &&
+           width / 2 >= kTileMinWidth)
+      width /= 2;
+  };
+  halve(kTileBytes, 64);
+  halve(limit, 0);
+  return width >= kTileMinWidth && fits(width, limit) ? static_cast<int>(width) : 0;
+}
+
+// Runs a call over columns (inner > 1): in tiles where they fit, else one thread a column.
+template <class S, bool kBackward>
+const char* run_columns(bool log, SoftmaxShape shape, const void* a, const void* b, void* out, cudaStream_t stream) {
+  const S* pa = static_cast<const S*>(a);
+  const S* pb = static_cast<const S*>(b);
+  S* po = static_cast<S*>(out);
+  if (const int width = plan_columns<S>(kBackward, log, shape)) {
+    const int64_t tiles = (shape.inner + width - 1) / width;
+    const int64_t shared = tile_bytes<S>(kBackward, log, shape.n, width);
+    static bool ready[64] = {};
+    const auto run = [&](auto kernel) -> const char* {
+      if (const char* error = allow_staging(kernel, ready, kTileStaticShared<S>)) return error;
+      if constexpr (kBackward) {
+        return launch(kernel, shape.outer * tiles, kTileThreads, 1, shared, stream, pa, pb, po, shape.n, shape.inner,
+                      width, tiles, log);
+      } else {
+        return launch(kernel, shape.outer * tiles, kTileThreads, 1, shared, stream, pa, po, shape.n, shape.inner,
+                      width, tiles, log);
+      }
+    };
+    if constexpr (kBackward) {
+      return run(tiles_backward<S>);
+    } else {
+      return run(tiles_forward<S>);
+    }
+  }
+  const int64_t columns = shape.outer * shape.inner;
+  const auto blocks = static_cast<unsigned>((columns + kColumnThreads - 1) / kColumnThreads);
+  if constexpr (kBackward) {
+    columns_backward<S><<<blocks, kColumnThreads, 0, stream>>>(pa, pb, po, shape.outer, shape.n, shape.inner, log);
+  } else {
+    columns_forward<S><<<blocks, kColumnThreads, 0, stream>>>(pa, po, shape.outer, shape.n, shape.inner, log);
+  }
+  return last_error();
+}
+
 template <class S>
 int64_t workspace_bytes(bool backward, SoftmaxShape shape, const void* a, const void* b, const void* out) {
   if (shape.inner != 1 || shape.n == 0 || shape.outer == 0) return 0;
@@ -1234,16 +1461,7 @@ const char* softmax_run(bool log, SoftmaxShape shape, const void* a, const void*
                         void* stream) {
   const auto s = static_cast<cudaStream_t>(stream);
   if (shape.inner == 1) return run_rows<S, kBackward>(log, shape.outer, shape.n, a, b, out, workspace, s);
-  const int64_t columns = shape.outer * shape.inner;
-  const auto blocks = static_cast<unsigned>((columns + kColumnThreads - 1) / kColumnThreads);
-  if constexpr (kBackward) {
-    columns_backward<S><<<blocks, kColumnThreads, 0, s>>>(static_cast<const S*>(a), static_cast<const S*>(b),
-                                                          static_cast<S*>(out), shape.outer, shape.n, shape.inner, log);
-  } else {
-    columns_forward<S><<<blocks, kColumnThreads, 0, s>>>(static_cast<const S*>(a), static_cast<S*>(out), shape.outer,
-                                                         shape.n, shape.inner, log);
-  }
-  return last_error();
+  return run_columns<S, kBackward>(log, shape, a, b, out, s);
 }
 
 #define ACTIVATIONS_SOFTMAX_INSTANTIATE(S, kBackward)                                                          \

@@ -1,9 +1,11 @@
 """Times our softmax / log_softmax (forward or backward operator) at one shape under each CUDA path named, beside
 torch's. A path is a value of ACTIVATIONS_SOFTMAX_PLAN (kernels/softmax_kernels.cuh, plan_rows): "default" (the
-choice the code makes), "split", "staged,C" (C blocks a row) or "threads,elements"; a path that does not
+choice the code makes), "split", "staged,C" (C blocks a row) or "threads,elements"; over another dim than the
+last (the shape followed by ":dim"), "columns" or "tiles,W" (W columns a tile; plan_columns). A path that does not
 fit the shape falls back to the default choice.
 
     python tools/softmax_plans.py 4096,393216 float32 softmax forward default split staged,8 staged,16
+    python tools/softmax_plans.py 1024,1024,1024:1 bfloat16 softmax backward default columns tiles,16 tiles,32
 """
 
 import os
@@ -29,18 +31,20 @@ def time_ms(fn, reps=15):
 
 
 def main():
-    shape = tuple(int(v) for v in sys.argv[1].split(","))
+    shape_text, _, dim_text = sys.argv[1].partition(":")
+    shape, dim = tuple(int(v) for v in shape_text.split(",")), int(dim_text or -1)
     dtype, name, direction = getattr(torch, sys.argv[2]), sys.argv[3], sys.argv[4]
     plans = sys.argv[5:] or ["default"]
     x = torch.randn(shape, device="cuda", dtype=dtype)
-    y = activations.REDUCTIONS[name].torch_function(x, -1)
+    y = activations.REDUCTIONS[name].torch_function(x, dim)
     g = torch.randn_like(x)
     if direction == "forward":
-        ours, theirs = (lambda: getattr(activations, name)(x, -1)), (lambda: activations.REDUCTIONS[name].torch_function(x, -1))
+        ours = lambda: getattr(activations, name)(x, dim)  # noqa: E731
+        theirs = lambda: activations.REDUCTIONS[name].torch_function(x, dim)  # noqa: E731
     else:
         aten = getattr(torch.ops.aten, f"_{name}_backward_data").default
-        ours = lambda: getattr(torch.ops.activations, name + "_backward").default(g, y, -1)  # noqa: E731
-        theirs = lambda: aten(g, y, -1, dtype)  # noqa: E731
+        ours = lambda: getattr(torch.ops.activations, name + "_backward").default(g, y, dim)  # noqa: E731
+        theirs = lambda: aten(g, y, dim, dtype)  # noqa: E731
     expected = theirs()
     torch_ms = time_ms(theirs)
     for plan in plans:
@@ -51,7 +55,7 @@ def main():
         # anything.
         torch.testing.assert_close(ours(), expected, atol=1e-3 * expected.abs().max().item(), rtol=2e-2)
         ours_ms = time_ms(ours)
-        print(f"{name} {direction} {'x'.join(map(str, shape))} {sys.argv[2]} plan {plan:<12} ours {ours_ms:7.3f} ms  "
+        print(f"{name} {direction} {sys.argv[1]} {sys.argv[2]} plan {plan:<12} ours {ours_ms:7.3f} ms  "
               f"torch {torch_ms:7.3f} ms  {torch_ms / ours_ms:5.2f}x", flush=True)
     os.environ.pop("ACTIVATIONS_SOFTMAX_PLAN", None)
 
