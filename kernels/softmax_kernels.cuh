@@ -1365,11 +1365,12 @@ constexpr int64_t kTileStaticShared = kTileThreads * static_cast<int64_t>(sizeof
 
 // The width of the column tiles for a call over [outer, n, inner] (inner > 1), or 0 for the columns kernels.
 // Columns of at least kTileMinRows elements take tiles, the most columns up to a 128-byte row segment (or all
-// inner columns), halved while the tile is past kTileBytes and its row segment past 64 bytes, then while it is
-// past a block's whole shared memory. H100 (tools/softmax_plans.py, softmax over dim 1, tiles against the columns
-// kernels; results/h100-2026-11-27/column_plans.log):
+// inner columns), halved while the tile is past kTileBytes and its row segment past 64 bytes (32 for 16-bit
+// types), then while it is past a block's whole shared memory. H100 (tools/softmax_plans.py, softmax over dim 1,
+// tiles against the columns kernels; results/h100-2026-11-27/column_plans.log):
 // - 1024 x 1024 x 1024 float32: forward 4.27 ms in 16 columns against 4.72 (in 32, one 128 KB block an SM:
-//   5.05); backward 6.51 in 16 against 7.75 (in 8: 7.17). bfloat16 backward 3.80 in 16 and 4.21 in 32 against 4.96.
+//   5.05); backward 6.51 in 16 against 7.75 (in 8, 32-byte rows: 7.17). bfloat16 backward 3.80 in 16 (32-byte
+//   rows, 64 KB) and 4.21 in 32 (128 KB) against 4.96.
 // - 16 x 4096 x 4096 float32 forward 1.53 in 8 against 1.81; 2048 x 2048 x 8 float32 forward 0.15 against 0.74
 //   (inner 8: a warp of the columns kernel reads 4 outer indices' short rows).
 // - Shorter columns ran slower in tiles (4096 x 32 x 1024 float32 forward 2.04 against 0.53, 8 x 300 x 131072
@@ -1400,7 +1401,7 @@ int plan_columns(bool backward, bool log, SoftmaxShape shape) {
            width / 2 >= kTileMinWidth)
       width /= 2;
   };
-  halve(kTileBytes, 64);
+  halve(kTileBytes, sizeof(S) == 2 ? 32 : 64);
   halve(limit, 0);
   return width >= kTileMinWidth && fits(width, limit) ? static_cast<int>(width) : 0;
 }
