@@ -42,7 +42,9 @@ inline double log_of_sum(long double sum) { return std::log(static_cast<double>(
 // (about 2^-19 in practice). Float partial sums take 16 lanes a vector where double takes 8. Over 256 x 1024 in
 // cache, one thread, on the 2-core AVX-512 machine, torch/ours: bfloat16 softmax backward 0.71x -> 0.89x, float16
 // 0.66x -> 0.81x; log_softmax forward bfloat16 0.85x -> 1.00-1.02x, float16 0.86-0.87x -> 1.04-1.05x; softmax
-// forward 1.08-1.16x -> 1.29-1.34x.
+// forward 1.08-1.16x -> 1.29-1.34x. The column loops' partial sums likewise (bench.py --softmax, over dim 1 of
+// 64 x 256 x 64: bfloat16 backward 1.03x -> 1.24x, log_softmax's 1.02x -> 1.33x, float16 0.56-0.80x -> 0.64-0.88x,
+// in runs that move float32's unchanged cells by up to 0.4x).
 template <class T>
 using partial_sum_t = std::conditional_t<sizeof(T) == 2, float, double>;
 
@@ -125,8 +127,8 @@ ACTIVATIONS_CPU_WIDE_LOOP void max_into(int64_t w, const T* x, C* max) {
 #pragma GCC ivdep
   for (int64_t i = 0; i < w; ++i) max[i] = load(x[i]) > max[i] ? load(x[i]) : max[i];
 }
-template <class T, class C = compute_t<T>>
-ACTIVATIONS_CPU_WIDE_LOOP void sum_exp_into(int64_t w, const T* x, const C* max, double* sum) {
+template <class T, class Partial, class C = compute_t<T>>
+ACTIVATIONS_CPU_WIDE_LOOP void sum_exp_into(int64_t w, const T* x, const C* max, Partial* sum) {
 #pragma GCC ivdep
   for (int64_t i = 0; i < w; ++i) sum[i] += exp_of(load(x[i]) - max[i]);
 }
@@ -138,8 +140,8 @@ ACTIVATIONS_CPU_WIDE_LOOP void softmax_output_columns(int64_t w, const T* x, con
     y[i] = store<T>(kLog ? v - total[i] : exp_of(v) * total[i]);
   }
 }
-template <bool kLog, class T>
-ACTIVATIONS_CPU_WIDE_LOOP void backward_sum_into(int64_t w, const T* g, const T* y, double* sum) {
+template <bool kLog, class T, class Partial>
+ACTIVATIONS_CPU_WIDE_LOOP void backward_sum_into(int64_t w, const T* g, const T* y, Partial* sum) {
 #pragma GCC ivdep
   for (int64_t i = 0; i < w; ++i) sum[i] += kLog ? load(g[i]) : load(g[i]) * load(y[i]);
 }
@@ -245,13 +247,13 @@ void softmax_backward_rows(int64_t rows, int64_t n, const S* g, const S* y, S* g
   });
 }
 
-// The sums of w columns over n steps: step(j) adds step j's terms to `partial` (double), which goes into `total`
-// (Sum) every kSoftmaxSteps steps.
-template <class Total, class Step>
-void column_sums(int64_t n, int64_t w, Total* total, double* partial, Step&& step) {
+// The sums of w columns over n steps: step(j) adds step j's terms to `partial` (see partial_sum_t), which goes
+// into `total` (Sum) every kSoftmaxSteps steps.
+template <class Total, class Partial, class Step>
+void column_sums(int64_t n, int64_t w, Total* total, Partial* partial, Step&& step) {
   std::fill(total, total + w, Total(0));
   for (int64_t first = 0; first < n; first += kSoftmaxSteps) {
-    std::fill(partial, partial + w, 0.0);
+    std::fill(partial, partial + w, Partial(0));
     for (int64_t j = first; j < std::min(n, first + kSoftmaxSteps); ++j) step(j);
     for (int64_t i = 0; i < w; ++i) total[i] += partial[i];
   }
@@ -280,7 +282,7 @@ void softmax_columns(SoftmaxShape shape, const S* x, S* y) {
   for_column_blocks(shape, [&](int64_t offset, int64_t w) {
     alignas(64) float in[kSoftmaxColumns], out[kSoftmaxColumns];
     alignas(64) C max[kSoftmaxColumns], total[kSoftmaxColumns];
-    alignas(64) double sum[kSoftmaxColumns];
+    alignas(64) partial_sum_t<S> sum[kSoftmaxColumns];
     Sum<C> column_sum[kSoftmaxColumns];
     std::fill(max, max + w, -std::numeric_limits<C>::infinity());
     for (int64_t j = 0; j < n; ++j) max_into(w, V::read(x + offset + j * inner, w, in), max);
@@ -306,7 +308,7 @@ void softmax_backward_columns(SoftmaxShape shape, const S* g, const S* y, S* gi)
   for_column_blocks(shape, [&](int64_t offset, int64_t w) {
     alignas(64) float gb[kSoftmaxColumns], yb[kSoftmaxColumns], out[kSoftmaxColumns];
     alignas(64) C total[kSoftmaxColumns];
-    alignas(64) double sum[kSoftmaxColumns];
+    alignas(64) partial_sum_t<S> sum[kSoftmaxColumns];
     Sum<C> column_sum[kSoftmaxColumns];
     column_sums(n, w, column_sum, sum, [&](int64_t j) {
       const int64_t k = offset + j * inner;
