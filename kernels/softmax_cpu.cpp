@@ -37,9 +37,10 @@ using Sum = std::conditional_t<std::is_same_v<C, double>, long double, double>;
 inline double log_of_sum(long double sum) { return std::log(static_cast<double>(sum)); }
 
 // The type of the partial sums of a run of terms: double, or float where the operands are float16 or bfloat16
-// (T itself, or float16 widened into float: the forward's row), whose terms carry a 16-bit rounding already. A
-// float sum of a run of kSoftmaxBlock terms adds at most 2^-14 of their magnitudes, a hundredth of a bfloat16 ulp
-// (about 2^-19 in practice). Float partial sums take 16 lanes a vector where double takes 8. Over 256 x 1024 in
+// (T itself, or float16 widened into float: the forward's row), whose results are rounded to 16 bits. A float
+// sum of a run of kSoftmaxBlock terms errs by at most 2^-14 of the sum of their magnitudes (an eighth of a float16
+// ulp, a sixty-fourth of a bfloat16 one; far less in practice, each lane adding 64 of them). Float partial sums
+// take 16 lanes a vector where double takes 8. Over 256 x 1024 in
 // cache, one thread, on the 2-core AVX-512 machine, torch/ours: bfloat16 softmax backward 0.71x -> 0.89x, float16
 // 0.66x -> 0.81x; log_softmax forward bfloat16 0.85x -> 1.00-1.02x, float16 0.86-0.87x -> 1.04-1.05x; softmax
 // forward 1.08-1.16x -> 1.29-1.34x. The column loops' partial sums likewise (bench.py --softmax, over dim 1 of
