@@ -198,6 +198,19 @@ inline float log1p(float u) {
   return (u == 0.0f || u == INFINITY || !(u > -1.0f)) ? special : result;
 }
 
+// 2^(x + 100) for x in [-226, 28], for results rounded to float16 or bfloat16 (relative error 2^-18.5): the 16-bit
+// GELU's exponential, whose 2^-100 its other factors carry, as exp_nonpositive_scaled's 2^24, so that a subnormal
+// result is rounded once. x = k + f with k an integer and |f| <= 1/2; 2^f by a degree-4 polynomial (a Lawson fit,
+// in float coefficients); 2^(k + 100) from exponent bits, a normal float for every k in range.
+inline float exp2_scaled_for_16bit(float x) {
+  const float rounder = 12583139.0f;  // 1.5 * 2^23 + 227: the sum's low mantissa bits hold k + 227, in [1, 255]
+  const float shifted = x + rounder;
+  const float f = x - (shifted - rounder);
+  const float p = fmaf(fmaf(fmaf(fmaf(9.570101434e-03f, f, 5.591786028e-02f), f, 2.402474484e-01f), f,
+                            6.931218147e-01f), f, 9.999992614e-01f);
+  return p * float_from_bits(bits_of(shifted) << 23);
+}
+
 }  // namespace host_float
 
 // exp and expm1 in double for the CPU kernels, inline and branch-free for the same reason: libm's are calls, which
@@ -451,8 +464,8 @@ ACTIVATION_FN float fma_of(float a, float b, float c) { return fmaf(a, b, c); }
 // softplus; GELU's, with two exponentials where the float form has one, took the bfloat16 forward from 1.41x to
 // 0.95x torch's; tried again with an inline, vectorized exp2, whose unused second call g++ then drops, it took 0.59
 // ms per 2^20 elements on one thread against the float form's 0.42: its exponential waits on the division and a
-// polynomial, where the float form's runs beside the division). LeakyReLU's, ELU's and Mish's 16-bit formulas pay
-// on both.
+// polynomial, where the float form's runs beside the division; the CPU's 16-bit GELU has a formula of its own,
+// Gelu::normal_16bit_on_cpu). LeakyReLU's, ELU's and Mish's 16-bit formulas pay on both.
 #ifdef __CUDA_ARCH__
 constexpr bool kCheap16BitMath = true;
 #else
@@ -795,6 +808,9 @@ struct Gelu {
     T cdf, pdf;
   };
   ACTIVATION_FN Normal normal(T x) const {
+#ifndef __CUDA_ARCH__
+    if constexpr (k16BitResult) return normal_16bit_on_cpu(x);
+#endif
     if constexpr (k16BitResult && kCheap16BitMath) {
       // For a 16-bit result: Phi(-|x|) = t 2^(Q(t) - x^2 log2(e) / 2), erfcc's form with the 1/2 and log2(e)
       // folded into a shorter polynomial (tail_exponent_16bit), a cheap reciprocal and one ex2. The rounding of
@@ -823,6 +839,29 @@ struct Gelu {
 #endif
     }
   }
+#ifndef __CUDA_ARCH__
+  // Phi(x) and phi(x) for a 16-bit result on the CPU: float_math::normal_tail's form, Phi(-a) = E t Q(t) and
+  // phi = E / sqrt(2 pi) from one exponential E = exp(-a^2 / 2), with shorter pieces: t = 1 / (1 + 0.3 a), Q of
+  // degree 5 (a Lawson fit to Phi(-a) exp(a^2 / 2) / t on a in [0, 14.47], relative error 2^-16.8),
+  // host_float::exp2_scaled_for_16bit (2^-18.5; Q and 1 / sqrt(2 pi) carry its 2^-100), a^2 in one part (its
+  // rounding, magnified up to 105 times: 2^-17.3). The GPU's 16-bit formula above, with this exponential, ran
+  // slower on the CPU than the float form (2^18 bfloat16 elements, one thread: 0.43 ns an element against 0.40),
+  // its exponential waiting on the division and a polynomial; this one takes 0.30 (torch's, with its less accurate
+  // erf: 0.23).
+  static Normal normal_16bit_on_cpu(float x) {
+    const float a = fabsf(x) < 14.47f ? fabsf(x) : 14.47f;  // NaN takes 14.47 too; x carries it into the result
+    const float e = host_float::exp2_scaled_for_16bit(a * (a * float(-0.5 * kLog2e)));
+    const float t = 1.0f / fmaf(a, 0.3f, 1.0f);
+    constexpr float kScale = 7.88860905221011805e-31f;  // 2^-100
+    float q = fmaf(-7.672400832e-02f * kScale, t, 2.149189705e-01f * kScale);
+    q = fmaf(q, t, -1.567695839e-02f * kScale);
+    q = fmaf(q, t, 1.435157571e-01f * kScale);
+    q = fmaf(q, t, 1.139122658e-01f * kScale);
+    q = fmaf(q, t, 1.200583942e-01f * kScale);
+    const float tail = e * (t * q);
+    return {x < 0.0f ? tail : 1.0f - tail, e * float(kInvSqrt2Pi * kScale)};
+  }
+#endif
   // Q(t) = log2(Phi(-a) / t) + a^2 log2(e) / 2 with t = 1 / (1 + a / (2 sqrt(2))), a >= 0: a degree-5 fit on
   // t in [0.15, 1] (a <= 16, past which a 16-bit result is 0), within 2^-16.9 of Q in relative terms of Phi;
   // over every float16 and bfloat16 input, emulated in float, the result is correctly rounded or one ulp off.
