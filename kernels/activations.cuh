@@ -198,6 +198,29 @@ inline float log1p(float u) {
   return (u == 0.0f || u == INFINITY || !(u > -1.0f)) ? special : result;
 }
 
+// sigmoid(x) and 1 - sigmoid(x) = sigmoid(-x) in float for the CPU kernels (sigmoid, SiLU, softplus's and Mish's
+// backwards, the tanh-form GELU), of x + lo for a value held in two parts (lo = 0 for a plain x): exp(-|x + lo|) =
+// exp(-|x| -+ lo) by float_math::exp_nonpositive_scaled, which is host_float::exp without its clamps, its NaN
+// select and its second power of two (about 13 vector instructions of 22); NaN passes through its arithmetic,
+// and |x| is clamped to 104, where e^-|x| rounds to 0 (lo with it: lo is up to half an ulp of x, 4 at 1e8). Its
+// 2^24 is taken out of the small one of the pair after the product with 1 / (1 + e), so that a subnormal result is
+// rounded once. One thread, 2^17 float32 elements in cache, ns an element (torch's beside): SiLU forward 0.261 ->
+// 0.230-0.237 (0.233-0.235), backward 0.460 -> 0.408-0.414 (0.398-0.402); sigmoid forward 0.276 -> 0.211-0.223.
+struct SigmoidParts {
+  float s, one_minus_s;
+};
+inline SigmoidParts sigmoid_parts(float x, float lo) {
+  const float magnitude = fabsf(x);
+  const bool clamped = magnitude > 104.0f;
+  const float a = clamped ? 104.0f : magnitude;  // NaN stays NaN
+  const float minus_a_lo = clamped ? 0.0f : (x < 0.0f ? lo : -lo);
+  const float scaled = float_math::exp_nonpositive_scaled(-a, minus_a_lo);  // 2^24 exp(-|x + lo|)
+  constexpr float kUnscale = 1.0f / 16777216;                                         // 2^-24
+  const float r = 1.0f / fmaf(scaled, kUnscale, 1.0f);
+  const float small = (scaled * r) * kUnscale;
+  return {x < 0.0f ? small : r, x < 0.0f ? r : small};
+}
+
 // 2^(x + 100) for x in [-226, 28], for results rounded to float16 or bfloat16 (relative error 2^-18.5): the 16-bit
 // GELU's exponential, whose 2^-100 its other factors carry, as exp_nonpositive_scaled's 2^24, so that a subnormal
 // result is rounded once. x = k + f with k an integer and |f| <= 1/2; 2^f by a degree-4 polynomial (a Lawson fit,
@@ -555,6 +578,9 @@ ACTIVATION_FN double tanh_of(double x) { return tanh_from_expm1(x); }
 // e / (1 + e) with e = exp(x), which stays accurate where the result is tiny (1 / (1 + exp(-x)) overflows to 0).
 template <class T>
 ACTIVATION_FN T sigmoid_of(T x) {
+#ifndef __CUDA_ARCH__
+  if constexpr (sizeof(T) == 4) return host_float::sigmoid_parts(x, 0.0f).s;
+#endif
   const T e = exp_of(-fabs(x));
   const T r = T(1) / (T(1) + e);
   return x < T(0) ? e * r : r;
@@ -569,6 +595,14 @@ template <class T>
 struct SigmoidPair {
   T s, one_minus_s;
   ACTIVATION_FN explicit SigmoidPair(T x, T lo = T(0), bool fast = false) {
+#ifndef __CUDA_ARCH__
+    if constexpr (sizeof(T) == 4) {  // the CPU's float sigmoid (its exp_for_16bit is the accurate exp)
+      const host_float::SigmoidParts parts = host_float::sigmoid_parts(x, lo);
+      s = parts.s;
+      one_minus_s = parts.one_minus_s;
+      return;
+    }
+#endif
     const T e_x = fast ? exp_for_16bit(-fabs(x)) : exp_of(-fabs(x));
     const T e = fma_of(e_x, x < T(0) ? lo : -lo, e_x);
     const T r = fast ? reciprocal_for_16bit(T(1) + e) : T(1) / (T(1) + e);
