@@ -886,9 +886,19 @@ __global__ void __launch_bounds__(kColumnThreads)
 // of the contiguous [n, inner] slab where width = inner. A thread reads back only what it staged, so the tile
 // needs no barrier; the groups' partial results meet in `partial`. plan_columns picks the width.
 
-constexpr int kTileThreads = 512;
+// Threads a block: 384 where three tiles fit an SM's shared memory (a tile of at most kTileBytes), 512 where one or
+// two do. Registers decide it (ptxas, sm_90): the float32 forward holds 54 a thread in blocks of 512 and 46 in
+// blocks of 384, the float32 and 16-bit backwards 62-64 and 56, so that three blocks of 384 run an SM where two of
+// 512 did. Where shared memory holds two blocks or one, 512 threads keep more loads in flight (the 128 KB tile of
+// softmax's float32 backward over dim 1 of 1024^3: 6.53 ms in 512, 6.84 in 384). H100, 512 threads against the
+// plan (results/h100-2026-11-27/tile_threads.log), over dim 1 of 1024^3 (64 KB tiles): float32 softmax forward
+// 4.28 -> 3.78 ms, log_softmax forward 4.14 -> 3.73, float64 softmax forward 10.08 -> 8.79, bfloat16 softmax
+// backward 3.84 -> 3.67, log_softmax backward 3.38 -> 3.22; 2048 x 2048 x 8 float32 forward 0.151 -> 0.133. (A
+// minimum of 3 blocks an SM in __launch_bounds__ held 512 threads to 40 registers, which spilled: bfloat16
+// log_softmax backward 3.39 -> 4.44.)
+constexpr int kTileThreadsThree = 384, kTileThreadsFew = 512;
 constexpr int kTileUnroll = 8;
-constexpr int kTileMinWidth = 8;  // at most kTileThreads / 8 groups' partials to combine a column
+constexpr int kTileMinWidth = 8;  // at most kThreads / 8 groups' partials to combine a column
 constexpr int64_t kTileMinRows = 512;
 constexpr int64_t kTileBytes = 72 * 1024;  // three blocks in an H100 SM's 228 KB
 
@@ -896,12 +906,14 @@ struct TilePosition {
   int64_t offset;   // of this thread's column's element 0
   int column, group, groups;
   bool active;      // a column of the tile (an outer index's last tile may be narrower than width)
-  __device__ TilePosition(int64_t n, int64_t inner, int width, int64_t tiles) {
+  // threads: the block's, a compile-time constant (kThreads). The compiled code depends on it: with blockDim.x
+  // instead, 16 x 4096 x 4096 float32 softmax forward ran 1.86 ms against 1.53 (H100).
+  __device__ TilePosition(int64_t n, int64_t inner, int width, int64_t tiles, int threads) {
     const int64_t outer = blockIdx.x / tiles, first = (blockIdx.x % tiles) * static_cast<int64_t>(width);
     column = threadIdx.x % width;
     offset = outer * n * inner + first + column;
     group = threadIdx.x / width;
-    groups = kTileThreads / width;
+    groups = threads / width;
     active = group < groups && column < inner - first;
   }
 };
@@ -923,15 +935,15 @@ __device__ __forceinline__ C combine_groups(C v, Op op, C* partial, const TilePo
   return r;
 }
 
-template <class S>
-__global__ void __launch_bounds__(kTileThreads)
+template <class S, int kThreads>
+__global__ void __launch_bounds__(kThreads)
     tiles_forward(const S* __restrict__ x, S* __restrict__ y, int64_t n, int64_t inner, int width, int64_t tiles,
                   bool log) {
   using N = Num<S>;
   using C = typename N::C;
-  __shared__ C partial[kTileThreads];
+  __shared__ C partial[kThreads];
   S* tile = tile_memory<S>();
-  const TilePosition at(n, inner, width, tiles);
+  const TilePosition at(n, inner, width, tiles, kThreads);
   const auto staged = [&](int64_t j) -> S& { return tile[j * width + at.column]; };
   C m = -INFINITY;
   if (at.active)
@@ -962,15 +974,19 @@ __global__ void __launch_bounds__(kTileThreads)
 }
 
 // Stages g (and softmax's y: the tile holds n x width of each); log_softmax's y is read once, in the writing pass.
-template <class S>
-__global__ void __launch_bounds__(kTileThreads)
+// float's backward in blocks of 384 is held to 3 blocks an SM (56 registers): by itself it takes 67, which lets
+// two run (H100, float32 log_softmax backward over dim 1 of 1024^3: 5.71 ms, held: 5.45). The 16-bit one takes
+// 56 by itself, and ran slower held (bfloat16 log_softmax backward: 3.34 ms, 3.21 not held). A minimum of 0 is
+// none; an explicit 1 let the others take more registers (bfloat16's 384: 72 instead of 56).
+template <class S, int kThreads>
+__global__ void __launch_bounds__(kThreads, kThreads == kTileThreadsThree && sizeof(S) == 4 ? 3 : 0)
     tiles_backward(const S* __restrict__ g, const S* __restrict__ y, S* __restrict__ gi, int64_t n, int64_t inner,
                    int width, int64_t tiles, bool log) {
   using N = Num<S>;
   using C = typename N::C;
-  __shared__ C partial[kTileThreads];
+  __shared__ C partial[kThreads];
   S* tile = tile_memory<S>();
-  const TilePosition at(n, inner, width, tiles);
+  const TilePosition at(n, inner, width, tiles, kThreads);
   const auto staged_g = [&](int64_t j) -> S& { return tile[j * width + at.column]; };
   const auto staged_y = [&](int64_t j) -> S& { return tile[(n + j) * width + at.column]; };
   C d = 0;
@@ -1361,7 +1377,7 @@ int64_t tile_bytes(bool backward, bool log, int64_t n, int64_t width) {
 }
 
 template <class S>
-constexpr int64_t kTileStaticShared = kTileThreads * static_cast<int64_t>(sizeof(typename Num<S>::C));
+constexpr int64_t kTileStaticShared = kTileThreadsFew * static_cast<int64_t>(sizeof(typename Num<S>::C));
 
 // The width of the column tiles for a call over [outer, n, inner] (inner > 1), or 0 for the columns kernels.
 // Columns of at least kTileMinRows elements take tiles, the most columns up to a 128-byte row segment (or all
@@ -1384,7 +1400,7 @@ int plan_columns(bool backward, bool log, SoftmaxShape shape) {
   const int64_t limit = device_info().shared_per_block - kTileStaticShared<S>;
   const auto fits = [&](int64_t width, int64_t budget) {
     const int64_t tiles = (shape.inner + width - 1) / width;
-    return width <= kTileThreads && shape.outer * tiles <= 0x7fffffff &&
+    return width <= kTileThreadsThree && shape.outer * tiles <= 0x7fffffff &&
            tile_bytes<S>(backward, log, shape.n, width) <= budget;
   };
   const char* forced = getenv("ACTIVATIONS_SOFTMAX_PLAN");
@@ -1406,6 +1422,25 @@ int plan_columns(bool backward, bool log, SoftmaxShape shape) {
   return width >= kTileMinWidth && fits(width, limit) ? static_cast<int>(width) : 0;
 }
 
+// Launches the tile kernel of kThreads threads a block.
+template <class S, bool kBackward, int kThreads>
+const char* run_tiles(bool log, SoftmaxShape shape, int width, const S* pa, const S* pb, S* po, cudaStream_t stream) {
+  const int64_t tiles = (shape.inner + width - 1) / width;
+  const int64_t shared = tile_bytes<S>(kBackward, log, shape.n, width);
+  static bool ready[64] = {};
+  if constexpr (kBackward) {
+    const auto kernel = tiles_backward<S, kThreads>;
+    if (const char* error = allow_staging(kernel, ready, kTileStaticShared<S>)) return error;
+    return launch(kernel, shape.outer * tiles, kThreads, 1, shared, stream, pa, pb, po, shape.n, shape.inner, width,
+                  tiles, log);
+  } else {
+    const auto kernel = tiles_forward<S, kThreads>;
+    if (const char* error = allow_staging(kernel, ready, kTileStaticShared<S>)) return error;
+    return launch(kernel, shape.outer * tiles, kThreads, 1, shared, stream, pa, po, shape.n, shape.inner, width, tiles,
+                  log);
+  }
+}
+
 // Runs a call over columns (inner > 1): in tiles where they fit, else one thread a column.
 template <class S, bool kBackward>
 const char* run_columns(bool log, SoftmaxShape shape, const void* a, const void* b, void* out, cudaStream_t stream) {
@@ -1413,24 +1448,9 @@ const char* run_columns(bool log, SoftmaxShape shape, const void* a, const void*
   const S* pb = static_cast<const S*>(b);
   S* po = static_cast<S*>(out);
   if (const int width = plan_columns<S>(kBackward, log, shape)) {
-    const int64_t tiles = (shape.inner + width - 1) / width;
-    const int64_t shared = tile_bytes<S>(kBackward, log, shape.n, width);
-    static bool ready[64] = {};
-    const auto run = [&](auto kernel) -> const char* {
-      if (const char* error = allow_staging(kernel, ready, kTileStaticShared<S>)) return error;
-      if constexpr (kBackward) {
-        return launch(kernel, shape.outer * tiles, kTileThreads, 1, shared, stream, pa, pb, po, shape.n, shape.inner,
-                      width, tiles, log);
-      } else {
-        return launch(kernel, shape.outer * tiles, kTileThreads, 1, shared, stream, pa, po, shape.n, shape.inner,
-                      width, tiles, log);
-      }
-    };
-    if constexpr (kBackward) {
-      return run(tiles_backward<S>);
-    } else {
-      return run(tiles_forward<S>);
-    }
+    if (tile_bytes<S>(kBackward, log, shape.n, width) <= kTileBytes)
+      return run_tiles<S, kBackward, kTileThreadsThree>(log, shape, width, pa, pb, po, stream);
+    return run_tiles<S, kBackward, kTileThreadsFew>(log, shape, width, pa, pb, po, stream);
   }
   const int64_t columns = shape.outer * shape.inner;
   const auto blocks = static_cast<unsigned>((columns + kColumnThreads - 1) / kColumnThreads);
