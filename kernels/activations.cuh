@@ -616,19 +616,38 @@ constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
 constexpr double kSeluScale = 1.0507009873554804934193349852946;
 
 // A real coefficient c (alpha * scale, or scale) held as hi + lo in T, so that c * v is rounded once, as if c
-// were exact: rounding alpha = 0.3 to float alone costs up to half an ulp in every result.
+// were exact: rounding alpha = 0.3 to float alone costs up to half an ulp in every result. hi is c rounded to T
+// (what a plain product takes), lo the rest.
+// times() splits c otherwise: times_hi is c rounded toward zero, one ulp further where that is c itself, so that
+// times_lo is never zero and has c's sign (c = 0: both 0). v times_hi and v times_lo then have one sign, and
+// fma(v, times_hi, v times_lo) is right for every v: +-0 keeps its sign (a sum of zeros of one sign), +-inf gives
+// +-inf (not inf - inf), NaN gives NaN. (With hi and lo, lo can have the other sign: the product needed two
+// compares and a select for zeros and infinities, and the float32 LeakyReLU forward on the CPU took 16 vector
+// instructions for 16 elements, 0.158 ns an element against torch's 0.108 in cache; now 4, 0.078.) Infinite or
+// NaN c: times_hi and times_lo are both c, and fma(v, c, v c) is v c.
 template <class T>
 struct Coefficient {
-  T hi, lo;
+  T hi, lo, times_hi, times_lo;
   // c + c_lo: c_lo carries what a double cannot hold of a constant (for a float64 compute type).
-  ACTIVATION_FN explicit Coefficient(double c, double c_lo = 0.0) : hi(T(c)), lo(T((c - double(T(c))) + c_lo)) {}
-  ACTIVATION_FN T times(T v) const { return times(v, hi, lo); }
-  // v (hi + lo) for the parts of a coefficient selected per element: one product for either side of a select.
-  static ACTIVATION_FN T times(T v, T hi, T lo) {
-    const T product = fma_of(v, hi, v * lo);
-    // For v = +-0 (the sum loses zero's sign) and v = +-inf (inf * lo can be NaN): the plain product.
-    return (v != T(0) && product == product) ? product : v * hi;
+  ACTIVATION_FN explicit Coefficient(double c, double c_lo = 0.0)
+      : hi(T(c)), lo(T((c - double(T(c))) + c_lo)), times_hi(toward_zero_part(c, c_lo)), times_lo(T(c)) {
+    if (c - c == 0.0) times_lo = T((c - double(times_hi)) + c_lo);
   }
+  ACTIVATION_FN T times(T v) const { return times(v, times_hi, times_lo); }
+  // v c for the parts (times_hi, times_lo) of a coefficient selected per element: one product for either side of
+  // a select.
+  static ACTIVATION_FN T times(T v, T part_hi, T part_lo) { return fma_of(v, part_hi, v * part_lo); }
+
+ private:
+  static ACTIVATION_FN T toward_zero_part(double c, double c_lo) {
+    const T nearest = T(c);
+    if (!(c - c == 0.0) || c == 0.0) return nearest;  // inf, NaN, 0
+    const double rest = (c - double(nearest)) + c_lo;  // what nearest leaves of c + c_lo
+    const bool rest_has_c_sign = c > 0.0 ? rest > 0.0 : rest < 0.0;
+    return rest_has_c_sign ? nearest : next_toward_zero(nearest);
+  }
+  static ACTIVATION_FN float next_toward_zero(float x) { return nextafterf(x, 0.0f); }
+  static ACTIVATION_FN double next_toward_zero(double x) { return nextafter(x, 0.0); }
 };
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -738,9 +757,9 @@ struct Elu {
     if constexpr (k16BitResult) {
       return negative_side ? grad * (negative.hi * exp_for_16bit(x)) : grad * positive.hi;
     }
-    const T hi = negative_side ? negative.hi : positive.hi;
-    const T lo = negative_side ? negative.lo : positive.lo;
-    return Coefficient<T>::times(negative_side ? grad * exp_of(x) : grad, hi, lo);
+    const T part_hi = negative_side ? negative.times_hi : positive.times_hi;
+    const T part_lo = negative_side ? negative.times_lo : positive.times_lo;
+    return Coefficient<T>::times(negative_side ? grad * exp_of(x) : grad, part_hi, part_lo);
   }
   // torch's elu_double_backward: scale * alpha * exp(x) for x < 0, 0 otherwise.
   ACTIVATION_FN T second_derivative(T x) const { return x < T(0) ? negative.times(exp_of(x)) : T(0); }

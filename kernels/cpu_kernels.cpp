@@ -374,11 +374,11 @@ ACTIVATIONS_CPU_WIDE_LOOP void cpu_forward_mask_loop(int64_t n, F f, const T* x,
 
 // MaskBackward with its factors' special values decided outside the loop, both sides computed and one selected:
 // the same bits, branch-free. A passing factor of 1 (LeakyReLU) passes the gradient as it is (1 * grad is grad,
-// the zeros' signs and infinities included), without Coefficient::times' product, checks and selects: the bfloat16
-// LeakyReLU backward ran at 0.72-0.79x of torch's with them. k16BitResult: the factor rounded to float times the
-// gradient, as LeakyRelu's 16-bit forward, within 2^-23 of the exact product, so the 16-bit result is correctly
-// rounded or one ulp off (2 threads, 2^22 elements, torch/ours: bfloat16 LeakyReLU backward 0.87x -> 1.08x,
-// float16 0.88x -> 1.43x, bfloat16 hardsigmoid 0.85x -> 1.18x).
+// the zeros' signs and infinities included), without Coefficient::times' product (with the checks and selects that
+// it had then, the bfloat16 LeakyReLU backward ran at 0.72-0.79x of torch's). k16BitResult: the factor rounded to
+// float times the gradient, as LeakyRelu's 16-bit forward, within 2^-23 of the exact product, so the 16-bit result
+// is correctly rounded or one ulp off (2 threads, 2^22 elements, torch/ours: bfloat16 LeakyReLU backward 0.87x ->
+// 1.08x, float16 0.88x -> 1.43x, bfloat16 hardsigmoid 0.85x -> 1.18x).
 template <class C, bool kPassingOne, bool kBlockedZero, bool k16BitResult>
 struct MaskSelect {
   MaskBackward<C> m;
