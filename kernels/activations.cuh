@@ -785,8 +785,9 @@ struct Sigmoid {
   ACTIVATION_FN T second_derivative_from_output(T y) const { return T(1) - T(2) * y; }
 };
 
-// tanh(x); the backward from the output, as torch's: 1 - y^2, written (1 - y)(1 + y), which is exact in its
-// first factor near |y| = 1; its derivative in y is -2 y.
+// tanh(x); the backward from the output, as torch's: 1 - y^2, as one fused multiply-add, rounded once (it was
+// (1 - y)(1 + y), exact in its first factor near |y| = 1 and rounded twice; with the fma the CPU's bfloat16
+// backward went from 0.91x torch's to 0.97-1.00x, one thread in cache); its derivative in y is -2 y.
 template <class T, bool k16BitResult = false>
 struct Tanh {
   static constexpr bool kMask = false, kFromInput = false, kFromOutput = true;
@@ -804,7 +805,7 @@ struct Tanh {
     }
     return tanh_of(x);
   }
-  ACTIVATION_FN T backward_from_output(T grad, T y) const { return grad * ((T(1) - y) * (T(1) + y)); }
+  ACTIVATION_FN T backward_from_output(T grad, T y) const { return grad * fma_of(-y, y, T(1)); }
   ACTIVATION_FN T second_derivative_from_output(T y) const { return T(-2) * y; }
 };
 
