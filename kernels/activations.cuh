@@ -201,7 +201,7 @@ inline float log1p(float u) {
 // sigmoid(x) and 1 - sigmoid(x) = sigmoid(-x) in float for the CPU kernels (sigmoid, SiLU, softplus's and Mish's
 // backwards, the tanh-form GELU), of x + lo for a value held in two parts (lo = 0 for a plain x): exp(-|x + lo|) =
 // exp(-|x| -+ lo) by float_math::exp_nonpositive_scaled, which is host_float::exp without its clamps, its NaN
-// select and its second power of two (about 13 vector instructions of 22); NaN passes through its arithmetic,
+// select and its second power of two; NaN passes through its arithmetic,
 // and |x| is clamped to 104, where e^-|x| rounds to 0 (lo with it: lo is up to half an ulp of x, 4 at 1e8). Its
 // 2^24 is taken out of the small one of the pair after the product with 1 / (1 + e), so that a subnormal result is
 // rounded once. One thread, 2^17 float32 elements in cache, ns an element (torch's beside): SiLU forward 0.261 ->
@@ -622,8 +622,8 @@ constexpr double kSeluScale = 1.0507009873554804934193349852946;
 // times_lo is never zero and has c's sign (c = 0: both 0). v times_hi and v times_lo then have one sign, and
 // fma(v, times_hi, v times_lo) is right for every v: +-0 keeps its sign (a sum of zeros of one sign), +-inf gives
 // +-inf (not inf - inf), NaN gives NaN. (With hi and lo, lo can have the other sign: the product needed two
-// compares and a select for zeros and infinities, and the float32 LeakyReLU forward on the CPU took 16 vector
-// instructions for 16 elements, 0.158 ns an element against torch's 0.108 in cache; now 4, 0.078.) Infinite or
+// compares and a select for zeros and infinities, and the float32 LeakyReLU forward on the CPU took 15 vector
+// instructions for 16 elements, 0.158 ns an element against torch's 0.108 in cache; now 5, 0.078.) Infinite or
 // NaN c: times_hi and times_lo are both c, and fma(v, c, v c) is v c.
 template <class T>
 struct Coefficient {
