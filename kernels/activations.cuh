@@ -224,7 +224,9 @@ inline SigmoidParts sigmoid_parts(float x, float lo) {
 // 2^(x + 100) for x in [-226, 28], for results rounded to float16 or bfloat16 (relative error 2^-18.5): the 16-bit
 // GELU's exponential, whose 2^-100 its other factors carry, as exp_nonpositive_scaled's 2^24, so that a subnormal
 // result is rounded once. x = k + f with k an integer and |f| <= 1/2; 2^f by a degree-4 polynomial (a Lawson fit,
-// in float coefficients); 2^(k + 100) from exponent bits, a normal float for every k in range.
+// in float coefficients); 2^(k + 100) from exponent bits, a normal float for every k in range. (With
+// float_math::exp_nonpositive_scaled, accurate to float, in its place the bfloat16 GELU forward took 0.345-0.352 ns
+// an element, one thread in cache; with this, 0.281-0.289.)
 inline float exp2_scaled_for_16bit(float x) {
   const float rounder = 12583139.0f;  // 1.5 * 2^23 + 227: the sum's low mantissa bits hold k + 227, in [1, 255]
   const float shifted = x + rounder;
