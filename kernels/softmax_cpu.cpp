@@ -142,6 +142,27 @@ ACTIVATIONS_CPU_WIDE_LOOP void sum_exp_into(int64_t steps, int64_t stride, int64
     for (int64_t i = 0; i < w; ++i) sum[i] += exp_of(load(x[i]) - max[i]);
   }
 }
+// softmax's exponentials kept in e (steps w apart) beside their sum, and the output from them: see
+// kKeptExponentials.
+template <class T, class Partial, class C = compute_t<T>>
+ACTIVATIONS_CPU_WIDE_LOOP void exp_into_and_sum(int64_t steps, int64_t stride, int64_t w, const T* x, const C* max,
+                                                C* e, Partial* sum) {
+  for (int64_t j = 0; j < steps; ++j, x += stride, e += w) {
+#pragma GCC ivdep
+    for (int64_t i = 0; i < w; ++i) {
+      e[i] = exp_of(load(x[i]) - max[i]);
+      sum[i] += e[i];
+    }
+  }
+}
+template <class T, class C>
+ACTIVATIONS_CPU_WIDE_LOOP void scale_columns(int64_t steps, int64_t stride, int64_t w, const C* e, const C* total,
+                                             T* y) {
+  for (int64_t j = 0; j < steps; ++j, e += w, y += stride) {
+#pragma GCC ivdep
+    for (int64_t i = 0; i < w; ++i) y[i] = store<T>(e[i] * total[i]);
+  }
+}
 template <bool kLog, class T, class C = compute_t<T>>
 ACTIVATIONS_CPU_WIDE_LOOP void softmax_output_columns(int64_t steps, int64_t stride, int64_t w, const T* x,
                                                       const C* max, const C* total, T* y) {
@@ -313,6 +334,12 @@ void for_column_blocks(SoftmaxShape shape, const Body& body) {
   });
 }
 
+// softmax's column forward keeps a block's exponentials (n x w of them, in the compute type) where they are at
+// most kKeptExponentials, as the rows keep theirs, instead of taking exp again in the writing pass. Over dim 1 of
+// 64 x 256 x 64, 2 threads, torch/ours: bfloat16 0.81x -> 1.41x, float16 0.78x -> 1.22x, float32 1.21x -> 1.57x,
+// float64 1.19x -> 1.64x.
+constexpr int64_t kKeptExponentials = 1 << 16;
+
 template <bool kLog, class S>
 void softmax_columns(SoftmaxShape shape, const S* x, S* y) {
   using C = compute_t<S>;
@@ -329,6 +356,24 @@ void softmax_columns(SoftmaxShape shape, const S* x, S* y) {
     over_steps<S>(0, n, [&](int64_t j, int64_t steps) {
       max_into(steps, stride, w, V::read(x + offset + j * inner, steps, inner, w, in), max);
     });
+    if (!kLog && n * w <= kKeptExponentials) {
+      thread_local std::vector<C> kept;  // allocated once a thread, reused by its later blocks and calls
+      if (kept.size() < static_cast<size_t>(n * w)) kept.resize(static_cast<size_t>(n * w));
+      C* e = kept.data();
+      column_sums(n, w, column_sum, sum, [&](int64_t first, int64_t count) {
+        over_steps<S>(first, count, [&](int64_t j, int64_t steps) {
+          exp_into_and_sum(steps, stride, w, V::read(x + offset + j * inner, steps, inner, w, in), max, e + j * w,
+                           sum);
+        });
+      });
+      for (int64_t i = 0; i < w; ++i) total[i] = static_cast<C>(1 / column_sum[i]);
+      over_steps<S>(0, n, [&](int64_t j, int64_t steps) {
+        auto* result = V::target(y + offset + j * inner, out);
+        scale_columns(steps, stride, w, e + j * w, total, result);
+        V::done(steps, inner, w, result, y + offset + j * inner);
+      });
+      return;
+    }
     column_sums(n, w, column_sum, sum, [&](int64_t first, int64_t count) {
       over_steps<S>(first, count, [&](int64_t j, int64_t steps) {
         sum_exp_into(steps, stride, w, V::read(x + offset + j * inner, steps, inner, w, in), max, sum);
