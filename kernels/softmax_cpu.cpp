@@ -352,31 +352,19 @@ void softmax_columns(SoftmaxShape shape, const S* x, S* y) {
     alignas(64) partial_sum_t<S> sum[kSoftmaxColumns];
     Sum<C> column_sum[kSoftmaxColumns];
     const int64_t stride = V::stride(inner, w);
+    const auto read = [&](int64_t j, int64_t steps) { return V::read(x + offset + j * inner, steps, inner, w, in); };
     std::fill(max, max + w, -std::numeric_limits<C>::infinity());
-    over_steps<S>(0, n, [&](int64_t j, int64_t steps) {
-      max_into(steps, stride, w, V::read(x + offset + j * inner, steps, inner, w, in), max);
-    });
-    if (!kLog && n * w <= kKeptExponentials) {
-      thread_local std::vector<C> kept;  // allocated once a thread, reused by its later blocks and calls
-      if (kept.size() < static_cast<size_t>(n * w)) kept.resize(static_cast<size_t>(n * w));
-      C* e = kept.data();
-      column_sums(n, w, column_sum, sum, [&](int64_t first, int64_t count) {
-        over_steps<S>(first, count, [&](int64_t j, int64_t steps) {
-          exp_into_and_sum(steps, stride, w, V::read(x + offset + j * inner, steps, inner, w, in), max, e + j * w,
-                           sum);
-        });
-      });
-      for (int64_t i = 0; i < w; ++i) total[i] = static_cast<C>(1 / column_sum[i]);
-      over_steps<S>(0, n, [&](int64_t j, int64_t steps) {
-        auto* result = V::target(y + offset + j * inner, out);
-        scale_columns(steps, stride, w, e + j * w, total, result);
-        V::done(steps, inner, w, result, y + offset + j * inner);
-      });
-      return;
-    }
+    over_steps<S>(0, n, [&](int64_t j, int64_t steps) { max_into(steps, stride, w, read(j, steps), max); });
+    const bool keep = !kLog && n * w <= kKeptExponentials;
+    thread_local std::vector<C> kept;  // allocated once a thread, reused by its later blocks and calls
+    if (keep && kept.size() < static_cast<size_t>(n * w)) kept.resize(static_cast<size_t>(n * w));
     column_sums(n, w, column_sum, sum, [&](int64_t first, int64_t count) {
       over_steps<S>(first, count, [&](int64_t j, int64_t steps) {
-        sum_exp_into(steps, stride, w, V::read(x + offset + j * inner, steps, inner, w, in), max, sum);
+        if (keep) {
+          exp_into_and_sum(steps, stride, w, read(j, steps), max, kept.data() + j * w, sum);
+        } else {
+          sum_exp_into(steps, stride, w, read(j, steps), max, sum);
+        }
       });
     });
     for (int64_t i = 0; i < w; ++i) {  // log_softmax's log(sum), softmax's 1 / sum
@@ -384,8 +372,11 @@ void softmax_columns(SoftmaxShape shape, const S* x, S* y) {
     }
     over_steps<S>(0, n, [&](int64_t j, int64_t steps) {
       auto* result = V::target(y + offset + j * inner, out);
-      softmax_output_columns<kLog>(steps, stride, w, V::read(x + offset + j * inner, steps, inner, w, in), max, total,
-                                   result);
+      if (keep) {
+        scale_columns(steps, stride, w, kept.data() + j * w, total, result);
+      } else {
+        softmax_output_columns<kLog>(steps, stride, w, read(j, steps), max, total, result);
+      }
       V::done(steps, inner, w, result, y + offset + j * inner);
     });
   });
