@@ -417,6 +417,19 @@ CXX_FLAGS = [
 LD_FLAGS = ["-fopenmp"]
 
 
+def _cpu_features():
+    """The processor's feature flags as Linux names them (/proc/cpuinfo), empty where that cannot be read: then
+    only what torch's CPU capability implies is used."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 def cpu_flags():
     """On x86-64, where torch runs its own CPU kernels with AVX2 (torch.backends.cpu.get_cpu_capability(), which
     ATEN_CPU_CAPABILITY can lower), our CPU loops are compiled for AVX2 + FMA + F16C too (see kernels/
@@ -428,8 +441,11 @@ def cpu_flags():
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return []
     capability = torch.backends.cpu.get_cpu_capability()
-    return {"AVX2": ["-DACTIVATIONS_CPU_AVX2"],
-            "AVX512": ["-DACTIVATIONS_CPU_AVX2", "-DACTIVATIONS_CPU_AVX512"]}.get(capability, [])
+    flags = {"AVX2": ["-DACTIVATIONS_CPU_AVX2"],
+             "AVX512": ["-DACTIVATIONS_CPU_AVX2", "-DACTIVATIONS_CPU_AVX512"]}.get(capability, [])
+    if capability == "AVX512" and "avx512_bf16" in _cpu_features():
+        flags.append("-DACTIVATIONS_CPU_AVX512_BF16")
+    return flags
 
 
 CUDA_FLAGS = ["-O3", "-lineinfo"]

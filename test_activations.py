@@ -1927,17 +1927,22 @@ def test_build_key_changes_with_the_torch_version(monkeypatch):
 
 def test_cpu_instruction_set_flags_follow_torch(monkeypatch):
     """AVX2 flags only where torch itself runs AVX2 (or AVX-512) kernels, AVX-512 ones only where it runs AVX-512,
-    and they are part of the build key: a machine without them sharing the cache gets its own build rather than an
-    illegal instruction."""
+    the bfloat16 rounding instruction only where it runs AVX-512 on a processor that has AVX512-BF16, and they are
+    part of the build key: a machine without them sharing the cache gets its own build rather than an illegal
+    instruction."""
     plan = {"cuda_archs": (), "cuda_home": None, "no_cuda_reason": "test"}
     monkeypatch.setattr(activations.platform, "machine", lambda: "x86_64")
     keys = {}
     for capability in ("DEFAULT", "AVX2", "AVX512"):
-        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
-        keys[capability] = activations.build_spec(plan, "ops")["name"]
-        assert ("-DACTIVATIONS_CPU_AVX2" in activations.cpu_flags()) == (capability != "DEFAULT")
-        assert ("-DACTIVATIONS_CPU_AVX512" in activations.cpu_flags()) == (capability == "AVX512")
-    assert len(set(keys.values())) == 3, keys
+        for features in (set(), {"avx512f", "avx512_bf16"}):
+            monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+            monkeypatch.setattr(activations, "_cpu_features", lambda: features)
+            keys[capability, bool(features)] = activations.build_spec(plan, "ops")["name"]
+            flags = activations.cpu_flags()
+            assert ("-DACTIVATIONS_CPU_AVX2" in flags) == (capability != "DEFAULT")
+            assert ("-DACTIVATIONS_CPU_AVX512" in flags) == (capability == "AVX512")
+            assert ("-DACTIVATIONS_CPU_AVX512_BF16" in flags) == (capability == "AVX512" and bool(features))
+    assert len(set(keys.values())) == 4, keys
     monkeypatch.setattr(activations.platform, "machine", lambda: "aarch64")
     assert activations.cpu_flags() == []
 

@@ -221,18 +221,18 @@ inline SigmoidParts sigmoid_parts(float x, float lo) {
   return {x < 0.0f ? small : r, x < 0.0f ? r : small};
 }
 
-// 2^(x + 100) for x in [-226, 28], for results rounded to float16 or bfloat16 (relative error 2^-18.5): the 16-bit
-// GELU's exponential, whose 2^-100 its other factors carry, as exp_nonpositive_scaled's 2^24, so that a subnormal
-// result is rounded once. x = k + f with k an integer and |f| <= 1/2; 2^f by a degree-4 polynomial (a Lawson fit,
-// in float coefficients); 2^(k + 100) from exponent bits, a normal float for every k in range. (With
-// float_math::exp_nonpositive_scaled, accurate to float, in its place the bfloat16 GELU forward took 0.345-0.352 ns
-// an element, one thread in cache; with this, 0.281-0.289.)
-inline float exp2_scaled_for_16bit(float x) {
+// 2^(u v + 100) for u v in [-226, 28], for results rounded to float16 or bfloat16 (relative error 2^-13.7): the
+// 16-bit GELU's exponential, whose 2^-100 its other factors carry, as exp_nonpositive_scaled's 2^24, so that a
+// subnormal result is rounded once. u v = k + f with k an integer and |f| <= 1/2, the product exact inside the two
+// fmas that split it (one rounding fewer, and one multiplication fewer, than forming u v first); 2^f by a degree-3
+// polynomial (a Lawson fit, in float coefficients); 2^(k + 100) from exponent bits, a normal float for every k in
+// range. One thread in cache, bfloat16 GELU forward: with float_math::exp_nonpositive_scaled, accurate to float,
+// in its place 0.345-0.352 ns an element; with a degree-4 polynomial (2^-18.5) and u v rounded first, 0.281-0.289.
+inline float exp2_scaled_for_16bit(float u, float v) {
   const float rounder = 12583139.0f;  // 1.5 * 2^23 + 227: the sum's low mantissa bits hold k + 227, in [1, 255]
-  const float shifted = x + rounder;
-  const float f = x - (shifted - rounder);
-  const float p = fmaf(fmaf(fmaf(fmaf(9.570101434e-03f, f, 5.591786028e-02f), f, 2.402474484e-01f), f,
-                            6.931218147e-01f), f, 9.999992614e-01f);
+  const float shifted = fmaf(u, v, rounder);
+  const float f = fmaf(u, v, -(shifted - rounder));
+  const float p = fmaf(fmaf(fmaf(5.517166493e-02f, f, 2.426111219e-01f), f, 6.932609862e-01f), f, 9.999280736e-01f);
   return p * float_from_bits(bits_of(shifted) << 23);
 }
 
@@ -897,23 +897,25 @@ struct Gelu {
   }
 #ifndef __CUDA_ARCH__
   // Phi(x) and phi(x) for a 16-bit result on the CPU: float_math::normal_tail's form, Phi(-a) = E t Q(t) and
-  // phi = E / sqrt(2 pi) from one exponential E = exp(-a^2 / 2), with shorter pieces: t = 1 / (1 + 0.3 a), Q of
-  // degree 5 (a Lawson fit to Phi(-a) exp(a^2 / 2) / t on a in [0, 14.47], relative error 2^-16.8),
-  // host_float::exp2_scaled_for_16bit (2^-18.5; Q and 1 / sqrt(2 pi) carry its 2^-100), a^2 in one part (its
-  // rounding, magnified up to 105 times: 2^-17.3). The GPU's 16-bit formula above, with this exponential, ran
-  // slower on the CPU than the float form (2^18 bfloat16 elements, one thread: 0.43 ns an element against 0.40),
-  // its exponential waiting on the division and a polynomial; this one takes 0.30 (torch's, with its less accurate
-  // erf: 0.23).
+  // phi = E / sqrt(2 pi) from one exponential E = exp(-a^2 / 2), with shorter pieces: t = 1 / (1 + 3 a / 8), Q of
+  // degree 4 (a Lawson fit to Phi(-a) exp(a^2 / 2) / t on a in [0, 14.47], relative error 2^-14.9),
+  // host_float::exp2_scaled_for_16bit (2^-13.7; Q and 1 / sqrt(2 pi) carry its 2^-100), a^2 in one part (its
+  // rounding, magnified up to 105 times: 2^-17.3). Phi(-a), emulated in float on 2 million a where it is a normal
+  // float: within 2^-13.1, under half an ulp of float16 (2^-12 relative at the least) with room for the final
+  // product's rounding. The GPU's 16-bit formula above, with this exponential, ran slower on the CPU than the
+  // float form (2^18 bfloat16 elements, one thread: 0.43 ns an element against 0.40), its exponential waiting on
+  // the division and a polynomial. This one took 0.30 with a degree-5 Q and a degree-4 exp2 (2^-16), 0.26 with
+  // these (torch's, with its less accurate erf: 0.21-0.22), and 0.21 once bfloat16 was rounded by instruction
+  // (store_bfloat16s in cpu_kernels.cpp).
   static Normal normal_16bit_on_cpu(float x) {
     const float a = fabsf(x) < 14.47f ? fabsf(x) : 14.47f;  // NaN takes 14.47 too; x carries it into the result
-    const float e = host_float::exp2_scaled_for_16bit(a * (a * float(-0.5 * kLog2e)));
-    const float t = 1.0f / fmaf(a, 0.3f, 1.0f);
+    const float e = host_float::exp2_scaled_for_16bit(a * a, float(-0.5 * kLog2e));
+    const float t = 1.0f / fmaf(a, 0.375f, 1.0f);
     constexpr float kScale = 7.88860905221011805e-31f;  // 2^-100
-    float q = fmaf(-7.672400832e-02f * kScale, t, 2.149189705e-01f * kScale);
-    q = fmaf(q, t, -1.567695839e-02f * kScale);
-    q = fmaf(q, t, 1.435157571e-01f * kScale);
-    q = fmaf(q, t, 1.139122658e-01f * kScale);
-    q = fmaf(q, t, 1.200583942e-01f * kScale);
+    float q = fmaf(-9.033675550e-02f * kScale, t, 1.996007617e-01f * kScale);
+    q = fmaf(q, t, 8.409058445e-02f * kScale);
+    q = fmaf(q, t, 1.575686592e-01f * kScale);
+    q = fmaf(q, t, 1.490785590e-01f * kScale);
     const float tail = e * (t * q);
     return {x < 0.0f ? tail : 1.0f - tail, e * float(kInvSqrt2Pi * kScale)};
   }
