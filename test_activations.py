@@ -1186,28 +1186,39 @@ def test_softmax_over_a_leading_dim_matches_float64(name, device, dtype):
 # (inner 100), tiles halved until one fills a block's shared memory (n 4000), and, by default, the columns kernels
 # for columns too long for any tile (n 20000), too short (n 8) or too few (inner 3). Each is also run with the
 # path forced (ACTIVATIONS_SOFTMAX_PLAN): the columns kernels everywhere, tiles of 8 and 64 columns wherever they fit.
+# The 16-bit forward's tiles take two columns a thread where inner and the width are even and both operands are
+# 4-byte aligned, else one: inner 9 (odd), "tiles,11" (an odd width of an even inner) and "misaligned" (the input
+# and the gradient at an odd element offset: over 32 or more columns, the columns kernel) take one.
 SOFTMAX_COLUMN_SHAPES = [(2, 600, 8), (3, 1000, 24), (2, 1025, 100), (1, 4000, 64), (1, 20000, 16), (64, 8, 100),
-                         (5, 700, 3)]
+                         (5, 700, 3), (2, 600, 9)]
+
+
+def at_odd_offset(t):
+    """t's values in a tensor whose data starts one element past an allocation's start."""
+    return torch.empty(t.numel() + 1, dtype=t.dtype, device=t.device)[1:].view(t.shape).copy_(t)
 
 
 @requires_cuda
-@pytest.mark.parametrize("plan", ["default", "columns", "tiles,8", "tiles,64"])
+@pytest.mark.parametrize("plan", ["default", "columns", "tiles,8", "tiles,11", "tiles,64", "misaligned"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", SOFTMAX_COLUMN_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("name", SOFTMAX_OPS)
 def test_softmax_columns_match_float64(name, shape, dtype, plan, monkeypatch):
     """Forward and backward over dim 1 of [outer, n, inner] on CUDA: each column is a row of softmax_rows, special
     rows included, so every tile holds -inf, NaN, +inf and huge columns beside plain ones."""
-    if plan != "default":
+    if plan not in ("default", "misaligned"):
         monkeypatch.setenv("ACTIVATIONS_SOFTMAX_PLAN", plan)
+    offset = at_odd_offset if plan == "misaligned" else (lambda t: t)
     outer, n, inner = shape
     seed = fresh_seed()
     x = softmax_rows(n, outer * inner - 6, dtype, "cuda", seed).view(outer, inner, n).transpose(1, 2).contiguous()
+    x = offset(x)
     what = f"{name} {dtype} dim 1 of {list(x.shape)}, plan {plan}"
     poison_allocator("cuda", 4 * x.numel() * x.element_size())
     y = softmax_ours(name)(x.requires_grad_(), 1)
     check_softmax_forward(name, x, y, 1, f"{what} forward (seed {seed})")
     g = torch.randn(x.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)).to(dtype).to("cuda")
+    g = offset(g)
     poison_allocator("cuda", 4 * x.numel() * x.element_size())
     (grad_input,) = torch.autograd.grad(y, x, g)
     finite = y.detach().isfinite().all(1, keepdim=True).expand_as(y)  # a NaN column's backward is NaN

@@ -888,7 +888,7 @@ __global__ void __launch_bounds__(kColumnThreads)
 
 // Threads a block: 384 where three tiles fit an SM's shared memory (a tile of at most kTileBytes), 512 where one or
 // two do. Registers decide it (ptxas, sm_90): the float32 forward holds 54 a thread in blocks of 512 and 46 in
-// blocks of 384, the float32 and 16-bit backwards 62-64 and 56, so that three blocks of 384 run an SM where two of
+// blocks of 384, the float32 and 16-bit backwards 62-64 and 54-56, so that three blocks of 384 run an SM where two of
 // 512 did. Where shared memory holds two blocks or one, 512 threads keep more loads in flight (the 128 KB tile of
 // softmax's float32 backward over dim 1 of 1024^3: 6.53 ms in 512, 6.84 in 384). H100, 512 threads against the
 // plan (results/h100-2026-11-27/tile_threads.log), over dim 1 of 1024^3 (64 KB tiles): float32 softmax forward
@@ -902,18 +902,23 @@ constexpr int kTileMinWidth = 8;  // at most kThreads / 8 groups' partials to co
 constexpr int64_t kTileMinRows = 512;
 constexpr int64_t kTileBytes = 72 * 1024;  // three blocks in an H100 SM's 228 KB
 
+// A thread's place in a tile: V neighbouring columns (V = 2 for the 16-bit forwards where the columns allow it: one
+// 4-byte access where two 2-byte ones were, see two_columns_a_thread), `lane` of the `lanes` threads across the
+// tile's width.
 struct TilePosition {
-  int64_t offset;   // of this thread's column's element 0
-  int column, group, groups;
-  bool active;      // a column of the tile (an outer index's last tile may be narrower than width)
+  int64_t offset;   // of this thread's first column's element 0
+  int column, lane, lanes, group, groups;
+  bool active;      // columns of the tile (an outer index's last tile may be narrower than width)
   // threads: the block's, a compile-time constant (kThreads). The compiled code depends on it: with blockDim.x
   // instead, 16 x 4096 x 4096 float32 softmax forward ran 1.86 ms against 1.53 (H100).
-  __device__ TilePosition(int64_t n, int64_t inner, int width, int64_t tiles, int threads) {
+  __device__ TilePosition(int64_t n, int64_t inner, int width, int64_t tiles, int threads, int columns_a_thread) {
     const int64_t outer = blockIdx.x / tiles, first = (blockIdx.x % tiles) * static_cast<int64_t>(width);
-    column = threadIdx.x % width;
+    lanes = width / columns_a_thread;
+    lane = threadIdx.x % lanes;
+    column = lane * columns_a_thread;
     offset = outer * n * inner + first + column;
-    group = threadIdx.x / width;
-    groups = threads / width;
+    group = threadIdx.x / lanes;
+    groups = threads / lanes;
     active = group < groups && column < inner - first;
   }
 };
@@ -926,16 +931,43 @@ __device__ __forceinline__ S* tile_memory() {
 
 // The column's result from every group's partial result v, combined in the same order in all its threads.
 template <class C, class Op>
-__device__ __forceinline__ C combine_groups(C v, Op op, C* partial, const TilePosition& at, int width) {
-  partial[threadIdx.x] = v;  // threadIdx.x = group * width + column
+__device__ __forceinline__ C combine_groups(C v, Op op, C* partial, const TilePosition& at) {
+  partial[threadIdx.x] = v;  // threadIdx.x = group * lanes + lane
   __syncthreads();
-  C r = partial[at.column];
-  for (int k = 1; k < at.groups; ++k) r = op(r, partial[k * width + at.column]);
+  C r = partial[at.lane];
+  for (int k = 1; k < at.groups; ++k) r = op(r, partial[k * at.lanes + at.lane]);
   __syncthreads();
   return r;
 }
+template <class C, int V, class Op>
+__device__ __forceinline__ void combine_groups(Vec<C, V>& v, Op op, C* partial, const TilePosition& at) {
+#pragma unroll
+  for (int k = 0; k < V; ++k) v.v[k] = combine_groups(v.v[k], op, partial, at);
+}
 
-template <class S, int kThreads>
+// A Vec of V copies of value. (Filling the float32 forward's max with a loop of its own instead left ptxas using 39
+// registers a thread where it had used 46, and the kernel ran 6 % slower: H100, over dim 1 of 1024^3, 4.00 ms
+// against 3.78.)
+template <class C, int V>
+__device__ __forceinline__ Vec<C, V> filled(C value) {
+  Vec<C, V> r;
+#pragma unroll
+  for (int k = 0; k < V; ++k) r.v[k] = value;
+  return r;
+}
+
+// The V elements base[index], base[index + 1], ... of this thread's columns (in memory or in the tile): one V-wide
+// access.
+template <class S, int V>
+__device__ __forceinline__ Vec<S, V>& columns_at(S* base, int64_t index) {
+  return *reinterpret_cast<Vec<S, V>*>(base + index);
+}
+template <class S, int V>
+__device__ __forceinline__ const Vec<S, V>& columns_at(const S* base, int64_t index) {
+  return *reinterpret_cast<const Vec<S, V>*>(base + index);
+}
+
+template <class S, int kThreads, int V>
 __global__ void __launch_bounds__(kThreads)
     tiles_forward(const S* __restrict__ x, S* __restrict__ y, int64_t n, int64_t inner, int width, int64_t tiles,
                   bool log) {
@@ -943,37 +975,56 @@ __global__ void __launch_bounds__(kThreads)
   using C = typename N::C;
   __shared__ C partial[kThreads];
   S* tile = tile_memory<S>();
-  const TilePosition at(n, inner, width, tiles, kThreads);
-  const auto staged = [&](int64_t j) -> S& { return tile[j * width + at.column]; };
-  C m = -INFINITY;
+  const TilePosition at(n, inner, width, tiles, kThreads, V);
+  Vec<C, V> m = filled<C, V>(-INFINITY);
   if (at.active)
     for_each_strided<kTileUnroll>(
-        at.group, n, at.groups, [&](int64_t j) { return x[at.offset + j * inner]; },
-        [&](int64_t j, S v) {
-          staged(j) = v;
-          m = max_nan(m, N::load(v));
+        at.group, n, at.groups, [&](int64_t j) { return columns_at<S, V>(x, at.offset + j * inner); },
+        [&](int64_t j, const Vec<S, V>& v) {
+          columns_at<S, V>(tile, j * width + at.column) = v;
+#pragma unroll
+          for (int k = 0; k < V; ++k) m.v[k] = max_nan(m.v[k], N::load(v.v[k]));
         });
-  m = combine_groups(m, Max{}, partial, at, width);
+  combine_groups(m, Max{}, partial, at);
   // The sum of exp(v - m), compensated as columns_forward's. m is the column's max: every term is in [0, 1], or
   // NaN where m is -inf (a column of all -inf: NaN everywhere, as torch's), +inf or NaN.
-  C s = 0, lost = 0;
+  Vec<C, V> s = filled<C, V>(0), lost = filled<C, V>(0);
   if (at.active)
     for (int64_t j = at.group; j < n; j += at.groups) {
-      const C term = exp_for<S>(N::load(staged(j)) - m) - lost;
-      const C sum = s + term;
-      lost = (sum - s) - term;
-      s = sum;
+      const Vec<S, V> v = columns_at<S, V>(tile, j * width + at.column);
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const C term = exp_for<S>(N::load(v.v[k]) - m.v[k]) - lost.v[k];
+        const C sum = s.v[k] + term;
+        lost.v[k] = (sum - s.v[k]) - term;
+        s.v[k] = sum;
+      }
     }
-  s = combine_groups(s, Sum{}, partial, at, width);
-  const C log_s = log ? log_(s) : C(0), inv_s = C(1) / s;
+  combine_groups(s, Sum{}, partial, at);
+  Vec<C, V> log_s, inv_s;
+#pragma unroll
+  for (int k = 0; k < V; ++k) {
+    log_s.v[k] = log ? log_(s.v[k]) : C(0);
+    inv_s.v[k] = C(1) / s.v[k];
+  }
   if (at.active)
     for (int64_t j = at.group; j < n; j += at.groups) {
-      const C v = N::load(staged(j));
-      y[at.offset + j * inner] = N::store(log ? (v - m) - log_s : exp_for<S>(v - m) * inv_s);
+      const Vec<S, V> v = columns_at<S, V>(tile, j * width + at.column);
+      Vec<S, V> out;
+#pragma unroll
+      for (int k = 0; k < V; ++k) {
+        const C vk = N::load(v.v[k]);
+        out.v[k] = N::store(log ? (vk - m.v[k]) - log_s.v[k] : exp_for<S>(vk - m.v[k]) * inv_s.v[k]);
+      }
+      columns_at<S, V>(y, at.offset + j * inner) = out;
     }
 }
 
 // Stages g (and softmax's y: the tile holds n x width of each); log_softmax's y is read once, in the writing pass.
+// One column a thread (V = 1): two, as the 16-bit forwards take, ran no faster or slower here (H100, over dim 1 of
+// 1024^3, one column a thread against two in 384 and in 512 threads, ms: bfloat16 log_softmax 3.05 against 3.06
+// and 3.14, softmax 3.62 against 3.83 and 3.94; float16 log_softmax 3.05 against 3.01 and 2.82; 32 x 1024 x 4096
+// bfloat16 softmax 0.473 against 0.504 and 0.514; results/h100-2026-11-27/tile_columns.log).
 // float's backward in blocks of 384 is held to 3 blocks an SM (56 registers): by itself it takes 67, which lets
 // two run (H100, float32 log_softmax backward over dim 1 of 1024^3: 5.71 ms, held: 5.45). The 16-bit one takes
 // 56 by itself, and ran slower held (bfloat16 log_softmax backward: 3.34 ms, 3.21 not held). A minimum of 0 is
@@ -982,45 +1033,67 @@ template <class S, int kThreads>
 __global__ void __launch_bounds__(kThreads, kThreads == kTileThreadsThree && sizeof(S) == 4 ? 3 : 0)
     tiles_backward(const S* __restrict__ g, const S* __restrict__ y, S* __restrict__ gi, int64_t n, int64_t inner,
                    int width, int64_t tiles, bool log) {
+  constexpr int V = 1;
   using N = Num<S>;
   using C = typename N::C;
+  using Columns = Vec<S, V>;
   __shared__ C partial[kThreads];
   S* tile = tile_memory<S>();
-  const TilePosition at(n, inner, width, tiles, kThreads);
-  const auto staged_g = [&](int64_t j) -> S& { return tile[j * width + at.column]; };
-  const auto staged_y = [&](int64_t j) -> S& { return tile[(n + j) * width + at.column]; };
-  C d = 0;
+  const TilePosition at(n, inner, width, tiles, kThreads, V);
+  // This thread's columns, in the tile and in memory. (Indexed from tile, g, y and gi themselves, as the forward
+  // is, the code ptxas made ran the bfloat16 log_softmax backward over dim 1 of 1024^3 in 3.23 ms against 3.07,
+  // and softmax's in 3.61 against 3.67: H100, results/h100-2026-11-27/tile_columns.log.)
+  S* staged_g = tile + at.column;
+  S* staged_y = tile + n * width + at.column;
+  const S* g_column = g + at.offset;
+  const S* y_column = y + at.offset;
+  S* gi_column = gi + at.offset;
+  Vec<C, V> d;  // zeroed by a loop, not filled(): the code measured in tile_columns.log (see filled)
+#pragma unroll
+  for (int k = 0; k < V; ++k) d.v[k] = 0;
   if (at.active) {
     if (log) {
       for_each_strided<kTileUnroll>(
-          at.group, n, at.groups, [&](int64_t j) { return g[at.offset + j * inner]; },
-          [&](int64_t j, S gj) {
-            staged_g(j) = gj;
-            d += N::load(gj);
+          at.group, n, at.groups, [&](int64_t j) { return columns_at<S, V>(g_column, j * inner); },
+          [&](int64_t j, const Columns& gj) {
+            columns_at<S, V>(staged_g, j * width) = gj;
+#pragma unroll
+            for (int k = 0; k < V; ++k) d.v[k] += N::load(gj.v[k]);
           });
     } else {
       for_each_strided<kTileUnroll>(
           at.group, n, at.groups,
-          [&](int64_t j) { return Vec<S, 2>{{g[at.offset + j * inner], y[at.offset + j * inner]}}; },
-          [&](int64_t j, const Vec<S, 2>& gy) {
-            staged_g(j) = gy.v[0];
-            staged_y(j) = gy.v[1];
-            d += N::load(gy.v[0]) * N::load(gy.v[1]);
+          [&](int64_t j) {
+            return Vec<Columns, 2>{
+                {columns_at<S, V>(g_column, j * inner), columns_at<S, V>(y_column, j * inner)}};
+          },
+          [&](int64_t j, const Vec<Columns, 2>& gy) {
+            columns_at<S, V>(staged_g, j * width) = gy.v[0];
+            columns_at<S, V>(staged_y, j * width) = gy.v[1];
+#pragma unroll
+            for (int k = 0; k < V; ++k) d.v[k] += N::load(gy.v[0].v[k]) * N::load(gy.v[1].v[k]);
           });
     }
   }
-  d = combine_groups(d, Sum{}, partial, at, width);
+  combine_groups(d, Sum{}, partial, at);
   if (!at.active) return;
   if (log) {
     for_each_strided<kTileUnroll>(
-        at.group, n, at.groups, [&](int64_t j) { return y[at.offset + j * inner]; },
-        [&](int64_t j, S yj) {
-          gi[at.offset + j * inner] = N::store(N::load(staged_g(j)) - exp_for<S>(N::load(yj)) * d);
+        at.group, n, at.groups, [&](int64_t j) { return columns_at<S, V>(y_column, j * inner); },
+        [&](int64_t j, const Columns& yj) {
+          const Columns gj = columns_at<S, V>(staged_g, j * width);
+          Columns out;
+#pragma unroll
+          for (int k = 0; k < V; ++k) out.v[k] = N::store(N::load(gj.v[k]) - exp_for<S>(N::load(yj.v[k])) * d.v[k]);
+          columns_at<S, V>(gi_column, j * inner) = out;
         });
   } else {
     for (int64_t j = at.group; j < n; j += at.groups) {
-      const C yj = N::load(staged_y(j));
-      gi[at.offset + j * inner] = N::store(yj * (N::load(staged_g(j)) - d));
+      const Columns gj = columns_at<S, V>(staged_g, j * width), yj = columns_at<S, V>(staged_y, j * width);
+      Columns out;
+#pragma unroll
+      for (int k = 0; k < V; ++k) out.v[k] = N::store(N::load(yj.v[k]) * (N::load(gj.v[k]) - d.v[k]));
+      columns_at<S, V>(gi_column, j * inner) = out;
     }
   }
 }
@@ -1379,6 +1452,17 @@ int64_t tile_bytes(bool backward, bool log, int64_t n, int64_t width) {
 template <class S>
 constexpr int64_t kTileStaticShared = kTileThreadsFew * static_cast<int64_t>(sizeof(typename Num<S>::C));
 
+// Whether the 16-bit forward's tiles can take two columns a thread, every access a 4-byte one: inner even (then
+// so is every column pair's first element, the width being even too) and both operands on a 4-byte boundary.
+// H100, bfloat16 softmax forward, two columns a thread against one (results/h100-2026-11-27/tile_columns.log),
+// ms: over dim 1 of 1024^3 in tiles of 32 columns 2.49 against 4.54 (log_softmax 2.42 against 4.41); 16 x 4096 x
+// 4096 in 16 columns 1.04 against 2.48; 2048 x 2048 x 8 0.134 against 0.143.
+template <class S>
+bool two_columns_a_thread(bool backward, SoftmaxShape shape, const S* in, const S* out) {
+  const auto aligned = [](const S* p) { return reinterpret_cast<uintptr_t>(p) % 4 == 0; };
+  return sizeof(S) == 2 && !backward && shape.inner % 2 == 0 && aligned(in) && aligned(out);
+}
+
 // The width of the column tiles for a call over [outer, n, inner] (inner > 1), or 0 for the columns kernels.
 // Columns of at least kTileMinRows elements take tiles, the most columns up to a 128-byte row segment (or all
 // inner columns), halved while the tile is past kTileBytes and its row segment past 64 bytes (32 for 16-bit
@@ -1391,12 +1475,13 @@ constexpr int64_t kTileStaticShared = kTileThreadsFew * static_cast<int64_t>(siz
 //   (inner 8: a warp of the columns kernel reads 4 outer indices' short rows).
 // - Shorter columns ran slower in tiles (4096 x 32 x 1024 float32 forward 2.04 against 0.53, 8 x 300 x 131072
 //   1.51 against 1.35): a block's tile is small, and the columns kernel's second pass finds more in L2.
-// - 16-bit forwards over 32 or more columns ran slower in tiles (1024 x 1024 x 1024 bfloat16: 3.50 in 16 and 3.76
-//   in 32 against 2.91; 16 x 4096 x 4096: 1.53 in 8 against 1.38).
+// - 16-bit forwards over 32 or more columns ran slower in tiles of one column a thread (1024 x 1024 x 1024
+//   bfloat16: 3.50 in 16 and 3.76 in 32 against 2.91; 16 x 4096 x 4096: 1.53 in 8 against 1.38) and faster in
+//   tiles of two (two_columns_a_thread: 2.49 in 32; 1.04 in 16): without two, they take the columns kernels.
 // ACTIVATIONS_SOFTMAX_PLAN (see plan_rows) forces "columns" or "tiles,W" (W columns, where the tile fits one
 // block), for timing the alternatives.
 template <class S>
-int plan_columns(bool backward, bool log, SoftmaxShape shape) {
+int plan_columns(bool backward, bool log, SoftmaxShape shape, bool two_columns) {
   const int64_t limit = device_info().shared_per_block - kTileStaticShared<S>;
   const auto fits = [&](int64_t width, int64_t budget) {
     const int64_t tiles = (shape.inner + width - 1) / width;
@@ -1410,7 +1495,7 @@ int plan_columns(bool backward, bool log, SoftmaxShape shape) {
     const int64_t width = std::min<int64_t>(forced_width, shape.inner);
     if (width >= kTileMinWidth && fits(width, limit)) return static_cast<int>(width);
   }
-  if (shape.n < kTileMinRows || (!backward && sizeof(S) == 2 && shape.inner >= 32)) return 0;
+  if (shape.n < kTileMinRows) return 0;
   int64_t width = std::min<int64_t>(shape.inner, 128 / sizeof(S));
   const auto halve = [&](int64_t budget, int64_t segment_bytes) {
     while (!fits(width, budget) && width * static_cast<int64_t>(sizeof(S)) > segment_bytes &&
@@ -1419,11 +1504,12 @@ int plan_columns(bool backward, bool log, SoftmaxShape shape) {
   };
   halve(kTileBytes, sizeof(S) == 2 ? 32 : 64);
   halve(limit, 0);
+  if (!backward && sizeof(S) == 2 && shape.inner >= 32 && !(two_columns && width % 2 == 0)) return 0;
   return width >= kTileMinWidth && fits(width, limit) ? static_cast<int>(width) : 0;
 }
 
-// Launches the tile kernel of kThreads threads a block.
-template <class S, bool kBackward, int kThreads>
+// Launches the tile kernel of kThreads threads a block, V columns a thread (the forward's; see run_columns).
+template <class S, bool kBackward, int kThreads, int V = 1>
 const char* run_tiles(bool log, SoftmaxShape shape, int width, const S* pa, const S* pb, S* po, cudaStream_t stream) {
   const int64_t tiles = (shape.inner + width - 1) / width;
   const int64_t shared = tile_bytes<S>(kBackward, log, shape.n, width);
@@ -1434,7 +1520,7 @@ const char* run_tiles(bool log, SoftmaxShape shape, int width, const S* pa, cons
     return launch(kernel, shape.outer * tiles, kThreads, 1, shared, stream, pa, pb, po, shape.n, shape.inner, width,
                   tiles, log);
   } else {
-    const auto kernel = tiles_forward<S, kThreads>;
+    const auto kernel = tiles_forward<S, kThreads, V>;
     if (const char* error = allow_staging(kernel, ready, kTileStaticShared<S>)) return error;
     return launch(kernel, shape.outer * tiles, kThreads, 1, shared, stream, pa, po, shape.n, shape.inner, width, tiles,
                   log);
@@ -1447,10 +1533,17 @@ const char* run_columns(bool log, SoftmaxShape shape, const void* a, const void*
   const S* pa = static_cast<const S*>(a);
   const S* pb = static_cast<const S*>(b);
   S* po = static_cast<S*>(out);
-  if (const int width = plan_columns<S>(kBackward, log, shape)) {
-    if (tile_bytes<S>(kBackward, log, shape.n, width) <= kTileBytes)
-      return run_tiles<S, kBackward, kTileThreadsThree>(log, shape, width, pa, pb, po, stream);
-    return run_tiles<S, kBackward, kTileThreadsFew>(log, shape, width, pa, pb, po, stream);
+  const bool two_columns = two_columns_a_thread<S>(kBackward, shape, pa, po);
+  if (const int width = plan_columns<S>(kBackward, log, shape, two_columns)) {
+    const bool three = tile_bytes<S>(kBackward, log, shape.n, width) <= kTileBytes;
+    if constexpr (sizeof(S) == 2 && !kBackward) {
+      if (two_columns && width % 2 == 0) {
+        return three ? run_tiles<S, kBackward, kTileThreadsThree, 2>(log, shape, width, pa, pb, po, stream)
+                     : run_tiles<S, kBackward, kTileThreadsFew, 2>(log, shape, width, pa, pb, po, stream);
+      }
+    }
+    return three ? run_tiles<S, kBackward, kTileThreadsThree>(log, shape, width, pa, pb, po, stream)
+                 : run_tiles<S, kBackward, kTileThreadsFew>(log, shape, width, pa, pb, po, stream);
   }
   const int64_t columns = shape.outer * shape.inner;
   const auto blocks = static_cast<unsigned>((columns + kColumnThreads - 1) / kColumnThreads);
