@@ -905,10 +905,13 @@ struct Gelu {
   // product's rounding. The GPU's 16-bit formula above, with this exponential, ran slower on the CPU than the
   // float form (2^18 bfloat16 elements, one thread: 0.43 ns an element against 0.40), its exponential waiting on
   // the division and a polynomial. This one took 0.30 with a degree-5 Q and a degree-4 exp2 (2^-16), 0.26 with
-  // these (torch's, with its less accurate erf: 0.21-0.22), and 0.21 once bfloat16 was rounded by instruction
-  // (store_bfloat16s in cpu_kernels.cpp).
+  // these (torch's, with its less accurate erf: 0.21-0.22), 0.21 once bfloat16 was rounded by instruction
+  // (store_bfloat16s in cpu_kernels.cpp), and 0.19 with a's clamp an integer minimum.
   static Normal normal_16bit_on_cpu(float x) {
-    const float a = fabsf(x) < 14.47f ? fabsf(x) : 14.47f;  // NaN takes 14.47 too; x carries it into the result
+    // a = min(|x|, 14.47) by an integer minimum of the bits (one instruction where a float compare and select took
+    // two; a non-negative float's bits order as the values do). NaN takes 14.47 too; x carries it into the result.
+    const uint32_t magnitude = host_float::bits_of(x) & 0x7fffffffu, largest = 0x4167851fu;  // 14.47f
+    const float a = float_from_bits(magnitude < largest ? magnitude : largest);
     const float e = host_float::exp2_scaled_for_16bit(a * a, float(-0.5 * kLog2e));
     const float t = 1.0f / fmaf(a, 0.375f, 1.0f);
     constexpr float kScale = 7.88860905221011805e-31f;  // 2^-100
