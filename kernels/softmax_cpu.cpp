@@ -215,12 +215,6 @@ ACTIVATIONS_CPU_WIDE_LOOP void backward_output_columns(int64_t steps, int64_t st
   }
 }
 
-// What the forward's column loops see of `steps` steps of a block's w columns: float, double and bfloat16 tensors'
-// own memory (steps `inner` apart); float16 widened into a float buffer of kSteps steps at most, w apart (read), or
-// written to one (target) that done() rounds into the tensor. A loop call takes kSteps steps of float16, where it
-// took one (2 threads, over dim 1 of 64 x 256 x 64, ms, ours against torch's: softmax forward 0.333 -> 0.312
-// (0.25-0.28), backward 0.169 -> 0.154 (0.10-0.11), log_softmax forward 0.254 -> 0.226 (0.21); each pass still
-// widens its steps: not measured apart).
 // widen() and narrow() over `steps` steps of w elements, `inner` apart in the tensor and w apart in the buffer: one
 // call for them all, not one a step (float16 forwards over dim 1 of 64 x 256 x 64, 2 threads: softmax 0.206 ->
 // 0.201 ms, log_softmax 0.221 -> 0.216).
@@ -233,6 +227,12 @@ ACTIVATIONS_CPU_WIDE_LOOP void narrow_steps(int64_t steps, int64_t inner, int64_
   for (int64_t j = 0; j < steps; ++j) narrow(w, buffer + j * w, out + j * inner);
 }
 
+// What the forward's column loops see of `steps` steps of a block's w columns: float, double and bfloat16 tensors'
+// own memory (steps `inner` apart); float16 widened into a float buffer of kSteps steps at most, w apart (read), or
+// written to one (target) that done() rounds into the tensor. A loop call takes kSteps steps of float16, where it
+// took one (2 threads, over dim 1 of 64 x 256 x 64, ms, ours against torch's: softmax forward 0.333 -> 0.312
+// (0.25-0.28), backward 0.169 -> 0.154 (0.10-0.11), log_softmax forward 0.254 -> 0.226 (0.21); each pass still
+// widens its steps: not measured apart).
 template <class S>
 struct Runs {
   static constexpr bool kWidened = std::is_same_v<S, c10::Half>;
