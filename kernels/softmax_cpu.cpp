@@ -49,9 +49,10 @@ inline double log_of_sum(long double sum) { return std::log(static_cast<double>(
 template <class T>
 using partial_sum_t = std::conditional_t<sizeof(T) == 2, float, double>;
 
-// The loops read and write runs of T: float, double or bfloat16 (converted inside the loop, by load() and
-// store(), which g++ vectorizes), or a float buffer that float16 was widened into (g++ vectorizes no float16
-// conversion; widen() and narrow() use F16C 8 elements at a time). C is the compute type.
+// The row loops read and write runs of T: float, double or bfloat16 (converted inside the loop, by load() and
+// store(), which g++ vectorizes), or a float buffer that a float16 row was widened into (g++ vectorizes no float16
+// conversion; widen() and narrow() use F16C 8 or 16 elements at a time). C is the compute type. The column loops
+// below read float16 in place.
 template <class T>
 ACTIVATIONS_CPU_WIDE_LOOP compute_t<T> max_of(int64_t n, const T* x, compute_t<T> m) {
 #pragma omp simd reduction(max : m)
@@ -126,20 +127,65 @@ ACTIVATIONS_CPU_WIDE_LOOP void backward_output(int64_t n, const T* g, const T* y
 // operand at j * stride from its first. Walking the steps inside the loop function, not calling it once a step,
 // took the softmax backward over dim 1 of 64 x 256 x 64 from 0.82x torch's to 1.11x in float32 and from 0.84x to
 // 1.06x in float64 (one thread, alternating rounds): a step there is 64 columns, 4 vectors, and a call cost about
-// 11 cycles (timed with blocks of 16 columns). float16 takes Runs::kSteps steps a call (see there).
+// 11 cycles (timed with blocks of 16 columns).
+// A step's columns go through each_column and map_columns: float16 kHalfStep elements at a time through F16C
+// (g++ vectorizes no float16 conversion), the other types element by element, vectorized. float16 used to be
+// widened into float buffers for each pass and rounded out of one. Over dim 1 of 64 x 256 x 64, 2 threads,
+// alternating, ms, before -> after (torch): softmax backward 0.138-0.140 -> 0.064 (0.105-0.111), log_softmax
+// backward 0.222-0.225 -> 0.167-0.184 (0.185-0.186); softmax forward 0.200-0.205 -> 0.178-0.182 (0.245-0.279),
+// log_softmax forward 0.216-0.222 -> 0.176-0.177 (0.195-0.219).
+
+// op(i, v...) for each column i < w of one step, v... the operands' elements i in the compute type.
+template <class Op, class... T, size_t... I>
+ACTIVATIONS_CPU_WIDE_LOOP inline void each_column_of(int64_t w, Op& op, std::index_sequence<I...>, const T*... x) {
+  int64_t i = 0;
+  if constexpr (kF16c && (std::is_same_v<T, c10::Half> && ...)) {
+    for (; i + kHalfStep <= w; i += kHalfStep) {
+      float v[sizeof...(T)][kHalfStep];
+      (load_halves(x + i, v[I]), ...);
+      for (int k = 0; k < kHalfStep; ++k) op(i + k, v[I][k]...);
+    }
+  }
+#pragma GCC ivdep
+  for (; i < w; ++i) op(i, load(x[i])...);
+}
+template <class Op, class... T>
+ACTIVATIONS_CPU_WIDE_LOOP inline void each_column(int64_t w, Op&& op, const T*... x) {
+  each_column_of(w, op, std::index_sequence_for<T...>{}, x...);
+}
+
+// out[i] = op(i, v...) rounded to Out, for each column i < w of one step, as each_column.
+template <class Out, class Op, class... T, size_t... I>
+ACTIVATIONS_CPU_WIDE_LOOP inline void map_columns_of(int64_t w, Out* out, Op& op, std::index_sequence<I...>,
+                                                     const T*... x) {
+  int64_t i = 0;
+  if constexpr (kF16c && std::is_same_v<Out, c10::Half>) {
+    for (; i + kHalfStep <= w; i += kHalfStep) {
+      float v[sizeof...(T) + 1][kHalfStep], result[kHalfStep];  // + 1: no operands (scale_columns) is no array
+      (load_halves(x + i, v[I]), ...);
+      for (int k = 0; k < kHalfStep; ++k) result[k] = op(i + k, v[I][k]...);
+      store_halves(result, out + i);
+    }
+  }
+#pragma GCC ivdep
+  for (; i < w; ++i) out[i] = store<Out>(op(i, load(x[i])...));
+}
+template <class Out, class Op, class... T>
+ACTIVATIONS_CPU_WIDE_LOOP inline void map_columns(int64_t w, Out* out, Op&& op, const T*... x) {
+  map_columns_of(w, out, op, std::index_sequence_for<T...>{}, x...);
+}
+
 template <class T, class C = compute_t<T>>
 ACTIVATIONS_CPU_WIDE_LOOP void max_into(int64_t steps, int64_t stride, int64_t w, const T* x, C* max) {
   for (int64_t j = 0; j < steps; ++j, x += stride) {
-#pragma GCC ivdep
-    for (int64_t i = 0; i < w; ++i) max[i] = load(x[i]) > max[i] ? load(x[i]) : max[i];
+    each_column(w, [max](int64_t i, C v) { max[i] = v > max[i] ? v : max[i]; }, x);
   }
 }
 template <class T, class Partial, class C = compute_t<T>>
 ACTIVATIONS_CPU_WIDE_LOOP void sum_exp_into(int64_t steps, int64_t stride, int64_t w, const T* x, const C* max,
                                             Partial* sum) {
   for (int64_t j = 0; j < steps; ++j, x += stride) {
-#pragma GCC ivdep
-    for (int64_t i = 0; i < w; ++i) sum[i] += exp_of(load(x[i]) - max[i]);
+    each_column(w, [max, sum](int64_t i, C v) { sum[i] += exp_of(v - max[i]); }, x);
   }
 }
 // softmax's exponentials kept in e (steps w apart) beside their sum, and the output from them: see
@@ -148,116 +194,44 @@ template <class T, class Partial, class C = compute_t<T>>
 ACTIVATIONS_CPU_WIDE_LOOP void exp_into_and_sum(int64_t steps, int64_t stride, int64_t w, const T* x, const C* max,
                                                 C* e, Partial* sum) {
   for (int64_t j = 0; j < steps; ++j, x += stride, e += w) {
-#pragma GCC ivdep
-    for (int64_t i = 0; i < w; ++i) {
-      e[i] = exp_of(load(x[i]) - max[i]);
+    each_column(w, [max, e, sum](int64_t i, C v) {
+      e[i] = exp_of(v - max[i]);
       sum[i] += e[i];
-    }
+    }, x);
   }
 }
 template <class T, class C>
 ACTIVATIONS_CPU_WIDE_LOOP void scale_columns(int64_t steps, int64_t stride, int64_t w, const C* e, const C* total,
                                              T* y) {
   for (int64_t j = 0; j < steps; ++j, e += w, y += stride) {
-#pragma GCC ivdep
-    for (int64_t i = 0; i < w; ++i) y[i] = store<T>(e[i] * total[i]);
+    map_columns(w, y, [e, total](int64_t i) { return e[i] * total[i]; });
   }
 }
 template <bool kLog, class T, class C = compute_t<T>>
 ACTIVATIONS_CPU_WIDE_LOOP void softmax_output_columns(int64_t steps, int64_t stride, int64_t w, const T* x,
                                                       const C* max, const C* total, T* y) {
   for (int64_t j = 0; j < steps; ++j, x += stride, y += stride) {
-#pragma GCC ivdep
-    for (int64_t i = 0; i < w; ++i) {
-      const C v = load(x[i]) - max[i];
-      y[i] = store<T>(kLog ? v - total[i] : exp_of(v) * total[i]);
-    }
+    map_columns(w, y, [max, total](int64_t i, C v) {
+      return kLog ? (v - max[i]) - total[i] : exp_of(v - max[i]) * total[i];
+    }, x);
   }
 }
-// The backward's column passes read float16 in place, kHalfStep elements at a time through F16C inside the loop
-// (the forward's float16 goes through Runs' buffers). Through the buffers (g and y widened in both passes, the
-// result rounded out of a third), over dim 1 of 64 x 256 x 64, 2 threads, alternating: softmax's float16 backward
-// took 0.138-0.140 ms, now 0.064 (torch 0.105-0.111); log_softmax's 0.222-0.225, now 0.167-0.184 (0.185-0.186).
 template <bool kLog, class T, class Partial>
 ACTIVATIONS_CPU_WIDE_LOOP void backward_sum_into(int64_t steps, int64_t stride, int64_t w, const T* g, const T* y,
                                                  Partial* sum) {
+  using C = compute_t<T>;
   for (int64_t j = 0; j < steps; ++j, g += stride, y += stride) {
-    int64_t i = 0;
-    if constexpr (kF16c && std::is_same_v<T, c10::Half>) {
-      for (; i + kHalfStep <= w; i += kHalfStep) {
-        float gk[kHalfStep], yk[kHalfStep];
-        load_halves(g + i, gk);
-        load_halves(y + i, yk);
-        for (int k = 0; k < kHalfStep; ++k) sum[i + k] += kLog ? gk[k] : gk[k] * yk[k];
-      }
-    }
-#pragma GCC ivdep
-    for (; i < w; ++i) sum[i] += kLog ? load(g[i]) : load(g[i]) * load(y[i]);
+    each_column(w, [sum](int64_t i, C gk, C yk) { sum[i] += kLog ? gk : gk * yk; }, g, y);
   }
 }
 template <bool kLog, class T, class C = compute_t<T>>
 ACTIVATIONS_CPU_WIDE_LOOP void backward_output_columns(int64_t steps, int64_t stride, int64_t w, const T* g,
                                                        const T* y, const C* sum, T* gi) {
-  const auto output = [](C gk, C yk, C s) { return kLog ? gk - exp_of(yk) * s : yk * (gk - s); };
   for (int64_t j = 0; j < steps; ++j, g += stride, y += stride, gi += stride) {
-    int64_t i = 0;
-    if constexpr (kF16c && std::is_same_v<T, c10::Half>) {
-      for (; i + kHalfStep <= w; i += kHalfStep) {
-        float gk[kHalfStep], yk[kHalfStep], out[kHalfStep];
-        load_halves(g + i, gk);
-        load_halves(y + i, yk);
-        for (int k = 0; k < kHalfStep; ++k) out[k] = output(gk[k], yk[k], sum[i + k]);
-        store_halves(out, gi + i);
-      }
-    }
-#pragma GCC ivdep
-    for (; i < w; ++i) gi[i] = store<T>(output(load(g[i]), load(y[i]), sum[i]));
+    map_columns(w, gi, [sum](int64_t i, C gk, C yk) { return kLog ? gk - exp_of(yk) * sum[i] : yk * (gk - sum[i]); },
+                g, y);
   }
 }
-
-// widen() and narrow() over `steps` steps of w elements, `inner` apart in the tensor and w apart in the buffer: one
-// call for them all, not one a step (float16 forwards over dim 1 of 64 x 256 x 64, 2 threads: softmax 0.206 ->
-// 0.201 ms, log_softmax 0.221 -> 0.216).
-ACTIVATIONS_CPU_WIDE_LOOP void widen_steps(int64_t steps, int64_t inner, int64_t w, const c10::Half* in,
-                                           float* buffer) {
-  for (int64_t j = 0; j < steps; ++j) widen(w, in + j * inner, buffer + j * w);
-}
-ACTIVATIONS_CPU_WIDE_LOOP void narrow_steps(int64_t steps, int64_t inner, int64_t w, const float* buffer,
-                                            c10::Half* out) {
-  for (int64_t j = 0; j < steps; ++j) narrow(w, buffer + j * w, out + j * inner);
-}
-
-// What the forward's column loops see of `steps` steps of a block's w columns: float, double and bfloat16 tensors'
-// own memory (steps `inner` apart); float16 widened into a float buffer of kSteps steps at most, w apart (read), or
-// written to one (target) that done() rounds into the tensor. A loop call takes kSteps steps of float16, where it
-// took one (2 threads, over dim 1 of 64 x 256 x 64, ms, ours against torch's: softmax forward 0.333 -> 0.312
-// (0.25-0.28), backward 0.169 -> 0.154 (0.10-0.11), log_softmax forward 0.254 -> 0.226 (0.21); each pass still
-// widens its steps: not measured apart).
-template <class S>
-struct Runs {
-  static constexpr bool kWidened = std::is_same_v<S, c10::Half>;
-  static constexpr int64_t kSteps = 16;
-  using T = std::conditional_t<kWidened, float, S>;
-  static int64_t stride(int64_t inner, int64_t w) { return kWidened ? w : inner; }
-  static const T* read(const S* in, int64_t steps, int64_t inner, int64_t w, float* buffer) {
-    if constexpr (kWidened) {
-      widen_steps(steps, inner, w, in, buffer);
-      return buffer;
-    } else {
-      return in;
-    }
-  }
-  static T* target(S* out, float* buffer) {
-    if constexpr (kWidened) {
-      return buffer;
-    } else {
-      return out;
-    }
-  }
-  static void done(int64_t steps, int64_t inner, int64_t w, const T* result, S* out) {
-    if constexpr (kWidened) narrow_steps(steps, inner, w, result, out);
-  }
-};
 
 // Calls fn(first, count) over [0, n) in runs of kSoftmaxBlock elements.
 template <class Fn>
@@ -326,18 +300,6 @@ void softmax_backward_rows(int64_t rows, int64_t n, const S* g, const S* y, S* g
   });
 }
 
-// Calls pass(j, steps) to cover steps [first, first + count) of a column block: at once (the loops walk the
-// tensor's steps), or for float16, whose steps are widened into a buffer first (Runs), Runs::kSteps at a time.
-template <class S, class Pass>
-void over_steps(int64_t first, int64_t count, Pass&& pass) {
-  if constexpr (Runs<S>::kWidened) {
-    for (int64_t j = first; j < first + count; j += Runs<S>::kSteps)
-      pass(j, std::min(Runs<S>::kSteps, first + count - j));
-  } else {
-    pass(first, count);
-  }
-}
-
 // The sums of w columns over n steps: add(first, count) adds steps [first, first + count)'s terms to `partial`
 // (see partial_sum_t), which goes into `total` (Sum) every kSoftmaxSteps steps.
 template <class Total, class Partial, class Add>
@@ -374,42 +336,32 @@ constexpr int64_t kKeptExponentials = 1 << 16;
 template <bool kLog, class S>
 void softmax_columns(SoftmaxShape shape, const S* x, S* y) {
   using C = compute_t<S>;
-  using V = Runs<S>;
   const int64_t n = shape.n, inner = shape.inner;
   for_column_blocks(shape, [&](int64_t offset, int64_t w) {
-    constexpr int64_t kBuffer = V::kWidened ? V::kSteps * kSoftmaxColumns : 1;
-    alignas(64) float in[kBuffer], out[kBuffer];
     alignas(64) C max[kSoftmaxColumns], total[kSoftmaxColumns];
     alignas(64) partial_sum_t<S> sum[kSoftmaxColumns];
     Sum<C> column_sum[kSoftmaxColumns];
-    const int64_t stride = V::stride(inner, w);
-    const auto read = [&](int64_t j, int64_t steps) { return V::read(x + offset + j * inner, steps, inner, w, in); };
     std::fill(max, max + w, -std::numeric_limits<C>::infinity());
-    over_steps<S>(0, n, [&](int64_t j, int64_t steps) { max_into(steps, stride, w, read(j, steps), max); });
+    max_into(n, inner, w, x + offset, max);
     const bool keep = !kLog && n * w <= kKeptExponentials;
     thread_local std::vector<C> kept;  // allocated once a thread, reused by its later blocks and calls
     if (keep && kept.size() < static_cast<size_t>(n * w)) kept.resize(static_cast<size_t>(n * w));
     column_sums(n, w, column_sum, sum, [&](int64_t first, int64_t count) {
-      over_steps<S>(first, count, [&](int64_t j, int64_t steps) {
-        if (keep) {
-          exp_into_and_sum(steps, stride, w, read(j, steps), max, kept.data() + j * w, sum);
-        } else {
-          sum_exp_into(steps, stride, w, read(j, steps), max, sum);
-        }
-      });
+      const S* in = x + offset + first * inner;
+      if (keep) {
+        exp_into_and_sum(count, inner, w, in, max, kept.data() + first * w, sum);
+      } else {
+        sum_exp_into(count, inner, w, in, max, sum);
+      }
     });
     for (int64_t i = 0; i < w; ++i) {  // log_softmax's log(sum), softmax's 1 / sum
       total[i] = static_cast<C>(kLog ? log_of_sum(column_sum[i]) : 1 / column_sum[i]);
     }
-    over_steps<S>(0, n, [&](int64_t j, int64_t steps) {
-      auto* result = V::target(y + offset + j * inner, out);
-      if (keep) {
-        scale_columns(steps, stride, w, kept.data() + j * w, total, result);
-      } else {
-        softmax_output_columns<kLog>(steps, stride, w, read(j, steps), max, total, result);
-      }
-      V::done(steps, inner, w, result, y + offset + j * inner);
-    });
+    if (keep) {
+      scale_columns(n, inner, w, kept.data(), total, y + offset);
+    } else {
+      softmax_output_columns<kLog>(n, inner, w, x + offset, max, total, y + offset);
+    }
   });
 }
 
