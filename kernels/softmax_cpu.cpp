@@ -159,7 +159,7 @@ template <class Out, class Op, class... T, size_t... I>
 ACTIVATIONS_CPU_WIDE_LOOP inline void map_columns_of(int64_t w, Out* out, Op& op, std::index_sequence<I...>,
                                                      const T*... x) {
   int64_t i = 0;
-  if constexpr (kF16c && std::is_same_v<Out, c10::Half>) {
+  if constexpr (kF16c && std::is_same_v<Out, c10::Half> && (std::is_same_v<T, c10::Half> && ...)) {
     for (; i + kHalfStep <= w; i += kHalfStep) {
       float v[sizeof...(T) + 1][kHalfStep], result[kHalfStep];  // + 1: no operands (scale_columns) is no array
       (load_halves(x + i, v[I]), ...);
