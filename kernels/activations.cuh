@@ -240,8 +240,9 @@ inline float exp2_scaled_for_16bit(float u, float v) {
 
 // exp and expm1 in double for the CPU kernels, inline and branch-free for the same reason: libm's are calls, which
 // keep the float64 loops scalar. Same method as host_float::exp, with a Taylor series long enough for double (the
-// first term left out is below 2^-57 of the result). Against long double on 25 million random inputs over the
-// whole range: exp <= 1.01 ulp, expm1_nonpositive <= 1.17 ulp (libm: <= 1).
+// first term left out is below 2^-57 of the result). Against quad precision (tools/float64_ulp.cpp, 8 million
+// inputs each): exp <= 1.05 ulp, exp_nonpositive <= 1.01, expm1_nonpositive <= 1.19 (libm: <= 1; with expm1_tail
+// in one chain, exp 0.99 and expm1_nonpositive 1.15).
 namespace host_double {
 
 inline double from_bits(uint64_t bits) {
@@ -260,26 +261,30 @@ inline double minus_k_ln2(double x, double k) {
   return fma(k, -1.90821492927058770002e-10, fma(k, -6.93147180369123816490e-01, x));
 }
 
-// (e^r - 1 - r) / r^2 for |r| <= ln2 / 2: the Taylor series to r^13.
+// (e^r - 1 - r) / r^2 for |r| <= ln2 / 2: the Taylor series to r^13, its even and odd terms as two Horner chains
+// in r^2. One chain of 12 fmas made each exponential wait 12 fma latencies, and the float64 loops with an
+// exponential ran at the latency rather than at the rate of their instructions (a loop of the float64 sigmoid,
+// one thread in cache: 0.64 -> 0.59 ns an element with the two chains).
 inline double expm1_tail(double r) {
-  double t = 1.0 / 6227020800;  // 1 / 13!
-  t = fma(t, r, 1.0 / 479001600);
-  t = fma(t, r, 1.0 / 39916800);
-  t = fma(t, r, 1.0 / 3628800);
-  t = fma(t, r, 1.0 / 362880);
-  t = fma(t, r, 1.0 / 40320);
-  t = fma(t, r, 1.0 / 5040);
-  t = fma(t, r, 1.0 / 720);
-  t = fma(t, r, 1.0 / 120);
-  t = fma(t, r, 1.0 / 24);
-  t = fma(t, r, 1.0 / 6);
-  return fma(t, r, 0.5);
+  const double r2 = r * r;
+  double even = fma(1.0 / 479001600, r2, 1.0 / 3628800);  // 1 / 12!, 1 / 10!
+  even = fma(even, r2, 1.0 / 40320);
+  even = fma(even, r2, 1.0 / 720);
+  even = fma(even, r2, 1.0 / 24);
+  even = fma(even, r2, 0.5);
+  double odd = fma(1.0 / 6227020800, r2, 1.0 / 39916800);  // 1 / 13!, 1 / 11!
+  odd = fma(odd, r2, 1.0 / 362880);
+  odd = fma(odd, r2, 1.0 / 5040);
+  odd = fma(odd, r2, 1.0 / 120);
+  odd = fma(odd, r2, 1.0 / 6);
+  return fma(odd, r, even);
 }
 
-// exp(hi + lo) = (1 + p) 2^k for hi in [-746, 710] and |lo| at most a few ulps of hi (a value held in two
+// exp(hi + lo) = (1 + p) 2^k for hi in [-1400, 710] and |lo| at most a few ulps of hi (a value held in two
 // parts), with 2^k = two_a two_b, so that a caller can fold 1 + p into a product of its own (one rounding less).
-// 1.5 * 2^52 + 2046: the sum's low mantissa bits hold e = k + 2046, in [971, 3070]; 2^k is the product of the
-// normal doubles with exponent fields e / 2 and e - e / 2.
+// 1.5 * 2^52 + 2046: the sum's low mantissa bits hold e = k + 2046, in [26, 3070]; 2^k is the product of the
+// normal doubles with exponent fields e / 2 and e - e / 2 (below -746, where exp rounds to 0, for callers whose
+// product with 1 + p is rounded after, such as normal()'s).
 struct ExpParts {
   double p, two_a, two_b;
 };
@@ -301,6 +306,17 @@ inline double exp(double x) {
   const uint64_t bottom = 0xc087500000000000u;  // -746.0
   const double clamped = from_bits(below_top < bottom ? below_top : bottom);
   const ExpParts e = exp_parts(clamped, -0.0);  // r + -0.0 is r, and compiles to nothing
+  const double result = ((e.p + 1.0) * e.two_a) * e.two_b;
+  return x != x ? x : result;
+}
+
+// exp for x <= 0 (sigmoid's exp(-|x|)): x clamped at -746 by one unsigned minimum of its bits (a negative double's
+// bits order as its magnitude does; NaN, whose sign bit -|x| sets, takes -746 and is restored at the end). exp's
+// two minimums, one of them signed, took the same loop 0.59 -> 0.50 ns an element. With both changes the float64
+// sigmoid forward (one thread, 2^14 elements) went from 0.76 ns an element to 0.58, torch's 0.59.
+inline double exp_nonpositive(double x) {
+  const uint64_t bits = bits_of(x), bottom = 0xc087500000000000u;  // -746.0
+  const ExpParts e = exp_parts(from_bits(bits < bottom ? bits : bottom), -0.0);
   const double result = ((e.p + 1.0) * e.two_a) * e.two_b;
   return x != x ? x : result;
 }
@@ -354,119 +370,83 @@ inline double log1p(double u) {
   return (u == 0.0 || u == INFINITY || !(u > -1.0)) ? special : result;
 }
 
-// c y + d for a value c held as hi + lo (compensated Horner, Graillat et al.): the step's two rounding errors,
-// of the product (by an fma) and of the sum (Knuth's two-sum), are carried into lo.
-struct TwoPart {
-  double hi, lo;
-};
-inline TwoPart horner_step(TwoPart c, double y, double d) {
-  const double product = c.hi * y;
-  const double sum = product + d;
-  const double d_part = sum - product;
-  const double sum_error = (product - (sum - d_part)) + (d - d_part);
-  return {sum, fma(c.lo, y, fma(c.hi, y, -product) + sum_error)};
-}
-
 // Phi(x) (the normal CDF) and phi(x) (its density) in double for the host GELU: libm's erfc is a call, which
-// kept the float64 GELU loops scalar (0.38-0.42x of torch's). With a = |x| clamped to 40 (where both round to 0;
-// NaN takes 40 too, and x carries it into the result), E = exp(-a^2 / 2) with a^2 in two parts, and
-// y = a / sqrt(2) in two parts (y + dy), Cody's rational approximations (W. J. Cody, Math. Comp. 23 (1969),
-// 631-637, as in netlib's CALERF; relative error below 2^-54 on each interval): erf(y) = y P(y^2) / Q(y^2) for
-// y <= 0.46875, and erfc(y) = E R(y) above, R = P(y) / Q(y) for y <= 4 and R = (1 / sqrt(pi) - w P(w) / Q(w)) / y
-// with w = 1 / y^2 beyond. The three are computed and selected, with one division. The middle one's degree-8
-// polynomials lose up to 5.7 * 2^-53 of R to rounding in plain Horner form; their last four steps are
-// compensated (horner_step), which leaves 2.6 * 2^-53 (all eight: 1.0, but the loop took 17.5 ns an element
-// instead of 11, one thread). dy is applied to first order: erf' = 2 / sqrt(pi) exp(-y^2), R' = 2 y R - 2 / sqrt(pi).
-// The float64 GELU against quad precision on 4 million inputs (tools/float64_ulp.cpp): forward <= 2.97 ulp,
-// backward <= 2.25 (libm's erfc as below: 3.96 and 3.24; the loops ran 0.4x of torch's speed with it).
+// kept the float64 GELU loops scalar (0.38-0.42x of torch's). For a = |x|: Phi(-a) = E t S(t), with
+// E = exp(-a^2 / 2) (a^2 in two parts: the exponential would magnify the rounding of a^2 / 2, up to 749, times),
+// t = 1 / (1 + a / 2) and S(t) = Phi(-a) / (E t), which stays within [0.2, 0.5] for every a. S is a polynomial of
+// degree 19 in u = t - c on two pieces of a, [0, 2.75] and beyond, within 2^-59.5 of S on each
+// (tools/normal_tail_fit.py prints the coefficients); each element selects its piece's coefficients. Then
+// Phi(a) = 1 - Phi(-a) and phi = E / sqrt(2 pi). a is clamped to 38.7, past which Phi(-a) rounds to 0; NaN takes
+// 38.7 too, and x carries it into the result.
+// Rounding: a / 2 is exact, so 1 + a / 2 is held exactly in two parts and t's own error eps is known
+// (t (1 + eps) = 1 / (1 + a / 2)); S's last step keeps its two rounding errors (the product's by an fma, the sum's
+// by Fast2Sum: on each piece |S - c0| <= c0, which the fit script checks), adds c0's second part and eps's effect
+// on u; t S (1 + eps) (1 + p) 2^k is then rounded once.
+// Against quad precision (tools/float64_ulp.cpp, 4 million inputs): GELU forward <= 2.65 ulp, backward <= 2.22
+// (Cody's, which this form replaced: 2.97 and 2.25).
+// Speed, one thread, 2^14 inputs in cache, ns an element: Cody's rational approximations (three intervals, each
+// computed and one selected, the middle one's degree-8 polynomials compensated in part to reach 3.0 ulp) took
+// 3.1 against torch's 1.9 (torch forms 1 + erf, which cancels: its gelu(-8) is 2 % off, gelu(-8.5) is -0).
+// This form: one polynomial of degree 29 over the whole range, 2.9, every fma waiting on the one before; in four
+// chains of u^4, 2.0; two pieces of degree 19, 1.8; the last step alone compensated and by Fast2Sum, 1.5.
 struct NormalCdfPdf {
   double cdf, pdf;
 };
+constexpr double kNormalSplit = 2.75, kNearCenter = 0.7105263157894737, kFarCenter = 0.23509634035949825;
+constexpr double kNearConstantLo = -1.4767117268795822e-17, kFarConstantLo = 2.217663798090016e-17;
+constexpr double kNear[] = {
+    0.4071867062082985,    0.33687044248041914,   -0.02818511545134061,  -0.11545318884493898,
+    0.06291624714559099,   0.02192843110609952,   -0.05338259261228538,  0.03270590958615639,
+    0.004310876817691793,  -0.027686302474420173, 0.02770564289969926,   -0.01133893279360036,
+    -0.008011236464400148, 0.01946971202770038,   -0.019032298800776372, 0.00927675485788057,
+    0.003947436107964311,  -0.014430308388806181, 0.015899336685505253,  -0.007357252326773836};
+constexpr double kFar[] = {
+    0.2550125848195308,  0.27318353922335764, 0.1505790064476534,   -0.0608551973755692,
+    -0.1429012048013468, 0.03257646599157945, 0.17539167297502622,  -0.06816851780382753,
+    -0.2608184173030606, 0.22726477033790277, 0.3792539364723796,   -0.7217494661126368,
+    -0.2844751899621972, 1.952084071270814,   -1.1875364143796605,  -3.8475526790604637,
+    7.231227308840062,   2.460240327518678,   -17.716623150917663,  10.621309628015444};
+// sum over j of c[from + 4 j] v^j, j < 4, for the piece that `near` selects.
+template <int kFrom>
+inline double normal_chain(bool near, double v) {
+  double s = near ? kNear[kFrom + 12] : kFar[kFrom + 12];
+  s = fma(s, v, near ? kNear[kFrom + 8] : kFar[kFrom + 8]);
+  s = fma(s, v, near ? kNear[kFrom + 4] : kFar[kFrom + 4]);
+  return fma(s, v, near ? kNear[kFrom] : kFar[kFrom]);
+}
 inline NormalCdfPdf normal(double x) {
-  const double magnitude = fabs(x);
-  const double a = magnitude < 40.0 ? magnitude : 40.0;
-  // exp(-a^2 / 2) = (1 + p) 2^k, from a^2 in two parts (the exponential would magnify the rounding of a^2 / 2,
-  // up to 746, times); -a^2 / 2 clamped to exp_parts' range (a > 38.6: Phi and phi round to 0 all the same).
+  // a = min(|x|, 38.7) by an integer minimum of the bits (a non-negative double's bits order as its values do).
+  const uint64_t magnitude = bits_of(x) & 0x7fffffffffffffffu, largest = 0x4043599999999999u;  // 38.7
+  const double a = from_bits(magnitude < largest ? magnitude : largest);
   const double square = a * a;
-  const double half_square = 0.5 * square;
-  const ExpParts exp_parts_ = exp_parts(half_square < 746.0 ? -half_square : -746.0, -0.5 * fma(a, a, -square));
-  const double e = ((exp_parts_.p + 1.0) * exp_parts_.two_a) * exp_parts_.two_b;  // for dy's term only
-  constexpr double kInvSqrt2 = 0.70710678118654752440, kInvSqrt2Lo = -4.833646656726457e-17;
-  const double y = fma(a, kInvSqrt2, a * kInvSqrt2Lo);
-  const double dy = fma(a, kInvSqrt2, -y) + a * kInvSqrt2Lo;  // a / sqrt(2) - y
-  // erf on [0, 0.46875]: y num / den, in t = y^2.
-  const double t = y * y;
-  double small_num = fma(1.85777706184603153e-1, t, 3.16112374387056560e0);
-  small_num = fma(small_num, t, 1.13864154151050156e2);
-  small_num = fma(small_num, t, 3.77485237685302021e2);
-  small_num = fma(small_num, t, 3.20937758913846947e3);
-  double small_den = t + 2.36012909523441209e1;
-  small_den = fma(small_den, t, 2.44024637934444173e2);
-  small_den = fma(small_den, t, 1.28261652607737228e3);
-  small_den = fma(small_den, t, 2.84423683343917062e3);
-  // erfc(y) / E on (0.46875, 4]: num / den, in y, the last four steps in two parts.
-  TwoPart mid_num = {fma(2.15311535474403846e-8, y, 5.64188496988670089e-1), 0.0};
-  mid_num.hi = fma(mid_num.hi, y, 8.88314979438837594e0);
-  mid_num.hi = fma(mid_num.hi, y, 6.61191906371416295e1);
-  mid_num.hi = fma(mid_num.hi, y, 2.98635138197400131e2);
-  mid_num = horner_step(mid_num, y, 8.81952221241769090e2);
-  mid_num = horner_step(mid_num, y, 1.71204761263407058e3);
-  mid_num = horner_step(mid_num, y, 2.05107837782607147e3);
-  mid_num = horner_step(mid_num, y, 1.23033935479799725e3);
-  TwoPart mid_den = {y + 1.57449261107098347e1, 0.0};
-  mid_den.hi = fma(mid_den.hi, y, 1.17693950891312499e2);
-  mid_den.hi = fma(mid_den.hi, y, 5.37181101862009858e2);
-  mid_den.hi = fma(mid_den.hi, y, 1.62138957456669019e3);
-  mid_den = horner_step(mid_den, y, 3.29079923573345963e3);
-  mid_den = horner_step(mid_den, y, 4.36261909014324716e3);
-  mid_den = horner_step(mid_den, y, 3.43936767414372164e3);
-  mid_den = horner_step(mid_den, y, 1.23033935480374942e3);
-  // Beyond 4: num / den, in w = 1 / y^2.
-  const double inv_y = 1.0 / y;
-  const double w = inv_y * inv_y;
-  double large_num = fma(1.63153871373020978e-2, w, 3.05326634961232344e-1);
-  large_num = fma(large_num, w, 3.60344899949804439e-1);
-  large_num = fma(large_num, w, 1.25781726111229246e-1);
-  large_num = fma(large_num, w, 1.60837851487422766e-2);
-  large_num = fma(large_num, w, 6.58749161529837803e-4);
-  double large_den = w + 2.56852019228982242e0;
-  large_den = fma(large_den, w, 1.87295284992346047e0);
-  large_den = fma(large_den, w, 5.27905102951428412e-1);
-  large_den = fma(large_den, w, 6.05183413124413191e-2);
-  large_den = fma(large_den, w, 2.33520497626869185e-3);
-  // One division for the interval y lies in: q0 = num / den rounded, and q_lo, what it lost (with the lo parts).
-  const bool small = y <= 0.46875, mid = y <= 4.0;
-  const double num = small ? small_num : (mid ? mid_num.hi : large_num);
-  const double den = small ? small_den : (mid ? mid_den.hi : large_den);
-  const double num_lo = mid && !small ? mid_num.lo : 0.0, den_lo = mid && !small ? mid_den.lo : 0.0;
-  const double inv_den = 1.0 / den;
-  const double q0 = num * inv_den;
-  const double q_lo = inv_den * (fma(-q0, den, num) + fma(-q0, den_lo, num_lo));
-  constexpr double kTwoOverSqrtPi = 1.1283791670955126, kInvSqrtPi = 0.56418958354775628695,
-                   kInvSqrtPiLo = 7.66772980658294e-18;
-  // Each result is formed as hi + lo, rounded once at the end. Small: Phi(x) = 1/2 +- erf(y + dy) / 2, with
-  // erf(y + dy) / 2 = y (q0 + q_lo) / 2 + dy exp(-y^2) / sqrt(pi).
-  const double half_y = 0.5 * y;
-  const double half_erf = half_y * q0;
-  const double half_erf_lo = fma(half_y, q0, -half_erf) + fma(half_y, q_lo, dy * (0.5 * kTwoOverSqrtPi) * e);
-  const double signed_half_erf = x < 0.0 ? -half_erf : half_erf;
-  const double small_cdf = 0.5 + signed_half_erf;
-  const double small_lo = (0.5 - small_cdf) + signed_half_erf + (x < 0.0 ? -half_erf_lo : half_erf_lo);
-  // Otherwise Phi(-a) = exp(-a^2 / 2) R(y + dy) / 2 (the exponential is exp(-(y + dy)^2)), R(y + dy) =
-  // R(y) + dy R'(y), R' = 2 y R - 2 / sqrt(pi). Middle: R = q0 + q_lo. Beyond: R = (1/sqrt(pi) - w q) / y with
-  // the numerator in two parts (w q is below 0.03 of it) and the division corrected by its residual.
-  const double wq = w * q0;
-  const double large_num_hi = kInvSqrtPi - wq;
-  const double large_num_lo = ((kInvSqrtPi - large_num_hi) - wq) + kInvSqrtPiLo;
-  const double large_r = large_num_hi * inv_y;
-  const double large_r_lo = inv_y * (fma(-large_r, y, large_num_hi) + large_num_lo);
-  const double r = mid ? q0 : large_r;
-  const double r_lo = (mid ? q_lo : large_r_lo) + dy * fma(2.0 * y, r, -kTwoOverSqrtPi);
-  // (1 + p) (r + r_lo) / 2 = (r + (p r + r_lo)) / 2, then 2^k.
-  const double tail = ((0.5 * (r + fma(exp_parts_.p, r, r_lo))) * exp_parts_.two_a) * exp_parts_.two_b;
-  const double cdf = small ? small_cdf + small_lo : (x < 0.0 ? tail : 1.0 - tail);
+    const ExpParts e = exp_parts(-0.5 * square, -0.5 * fma(a, a, -square));
+  const double half_a = 0.5 * a;
+  const double d = 1.0 + half_a;
+  const double d_lo = half_a > 1.0 ? (half_a - d) + 1.0 : (1.0 - d) + half_a;  // 1 + a / 2 = d + d_lo (Fast2Sum)
+  const double t = 1.0 / d;
+  const double eps = fma(-t, d, 1.0) - t * d_lo;
+  const bool near = a <= kNormalSplit;
+  const double u = t - (near ? kNearCenter : kFarCenter), u_lo = t * eps;
+  // S = c0 + c1 u + c2 u^2 + c3 u^3 + u^4 (h0 + h1 u + h2 u^2 + h3 u^3), h_i = sum over j of c[4 + i + 4 j] u^(4 j).
+  const double u2 = u * u, u4 = u2 * u2;
+  const double h01 = fma(normal_chain<5>(near, u4), u, normal_chain<4>(near, u4));
+  const double h23 = fma(normal_chain<7>(near, u4), u, normal_chain<6>(near, u4));
+  double s1 = fma(h23, u2, h01);  // S = c0 + u s1, s1 built by Horner from here
+  s1 = fma(s1, u, near ? kNear[3] : kFar[3]);
+  s1 = fma(s1, u, near ? kNear[2] : kFar[2]);
+  s1 = fma(s1, u, near ? kNear[1] : kFar[1]);
+  // S = s + s_lo: c0 + u s1 with the product's and the sum's rounding errors, c0's second part and u_lo s1.
+  const double c0 = near ? kNear[0] : kFar[0];
+  const double product = s1 * u;
+  const double s = c0 + product;
+  const double s_lo = fma(s1, u_lo, (fma(s1, u, -product) + ((c0 - s) + product)) +
+                                        (near ? kNearConstantLo : kFarConstantLo));
+  // R = t (1 + eps) S = r + r_lo, then Phi(-a) = (1 + p) R 2^k rounded once.
+  const double r = t * s;
+  const double r_lo = fma(t, s, -r) + fma(t, s_lo, r * eps);
+  const double tail = ((r + fma(e.p, r, r_lo)) * e.two_a) * e.two_b;
   constexpr double kInvSqrt2Pi = 0.39894228040143267794;
-  return {cdf, (fma(exp_parts_.p, kInvSqrt2Pi, kInvSqrt2Pi) * exp_parts_.two_a) * exp_parts_.two_b};
+  return {x < 0.0 ? tail : 1.0 - tail, (fma(e.p, kInvSqrt2Pi, kInvSqrt2Pi) * e.two_a) * e.two_b};
 }
 
 }  // namespace host_double
@@ -482,6 +462,13 @@ ACTIVATION_FN double expm1_nonpositive(double x) { return host_double::expm1_non
 ACTIVATION_FN float exp_of(float x) { return host_float::exp(x); }
 ACTIVATION_FN double exp_of(double x) { return host_double::exp(x); }
 #endif
+// exp for x <= 0 (or NaN).
+#ifdef __CUDA_ARCH__
+ACTIVATION_FN double exp_nonpositive_of(double x) { return exp(x); }
+#else
+ACTIVATION_FN double exp_nonpositive_of(double x) { return host_double::exp_nonpositive(x); }
+#endif
+ACTIVATION_FN float exp_nonpositive_of(float x) { return exp_of(x); }
 ACTIVATION_FN float fma_of(float a, float b, float c) { return fmaf(a, b, c); }
 
 // Whether the 16-bit formulas that lean on the GPU's approximate intrinsics (__expf, __fdividef, __logf) are taken:
@@ -583,7 +570,7 @@ ACTIVATION_FN T sigmoid_of(T x) {
 #ifndef __CUDA_ARCH__
   if constexpr (sizeof(T) == 4) return host_float::sigmoid_parts(x, 0.0f).s;
 #endif
-  const T e = exp_of(-fabs(x));
+  const T e = exp_nonpositive_of(-fabs(x));
   const T r = T(1) / (T(1) + e);
   return x < T(0) ? e * r : r;
 }
@@ -596,21 +583,40 @@ ACTIVATION_FN T sigmoid_of(T x) {
 template <class T>
 struct SigmoidPair {
   T s, one_minus_s;
-  ACTIVATION_FN explicit SigmoidPair(T x, T lo = T(0), bool fast = false) {
+  // Of x held exactly: no correction to apply, and none of the fma and select that apply a zero one.
+  ACTIVATION_FN explicit SigmoidPair(T x) {
 #ifndef __CUDA_ARCH__
-    if constexpr (sizeof(T) == 4) {  // the CPU's float sigmoid (its exp_for_16bit is the accurate exp)
-      const host_float::SigmoidParts parts = host_float::sigmoid_parts(x, lo);
-      s = parts.s;
-      one_minus_s = parts.one_minus_s;
+    if constexpr (sizeof(T) == 4) {
+      set(host_float::sigmoid_parts(x, 0.0f));
       return;
     }
 #endif
-    const T e_x = fast ? exp_for_16bit(-fabs(x)) : exp_of(-fabs(x));
-    const T e = fma_of(e_x, x < T(0) ? lo : -lo, e_x);
+    from_exp(x, exp_nonpositive_of(-fabs(x)), false);
+  }
+  ACTIVATION_FN SigmoidPair(T x, T lo, bool fast = false) {
+#ifndef __CUDA_ARCH__
+    if constexpr (sizeof(T) == 4) {  // the CPU's float sigmoid (its exp_for_16bit is the accurate exp)
+      set(host_float::sigmoid_parts(x, lo));
+      return;
+    }
+#endif
+    const T e_x = fast ? exp_for_16bit(-fabs(x)) : exp_nonpositive_of(-fabs(x));
+    from_exp(x, fma_of(e_x, x < T(0) ? lo : -lo, e_x), fast);
+  }
+
+ private:
+  // From e = exp(-|x|).
+  ACTIVATION_FN void from_exp(T x, T e, bool fast) {
     const T r = fast ? reciprocal_for_16bit(T(1) + e) : T(1) / (T(1) + e);
     s = x < T(0) ? e * r : r;
     one_minus_s = x < T(0) ? r : e * r;
   }
+#ifndef __CUDA_ARCH__
+  void set(const host_float::SigmoidParts& parts) {
+    s = parts.s;
+    one_minus_s = parts.one_minus_s;
+  }
+#endif
 };
 
 // torch.selu's constants (aten/src/ATen/native/Activation.cpp).

@@ -67,6 +67,27 @@ int main(int argc, char** argv) {
   const std::vector<double> xs = inputs(n);
   const Quad sqrt1_2 = M_SQRT1_2q, inv_sqrt_2pi = M_SQRT1_2q / sqrtq(M_PIq);
 
+  // exp over the inputs and over uniform(-746, 710); exp_nonpositive and expm1_nonpositive over the inputs made
+  // non-positive and over uniform(-746, 0) and uniform(-40, 0) (where expm1's result is not yet -1); expm1_nonpositive
+  // leaves NaN to its callers.
+  {
+    Worst exp_worst{"host_double::exp"}, exp_nonpositive_worst{"host_double::exp_nonpositive"},
+        expm1_worst{"host_double::expm1_nonpositive"};
+    std::mt19937_64 rng(11);
+    std::uniform_real_distribution<double> whole(-746.0, 710.0), nonpositive(-746.0, 0.0), near(-40.0, 0.0);
+    for (size_t i = 0; i < xs.size(); ++i) {
+      for (const double x : {xs[i], whole(rng)}) exp_worst.add(ulps(host_double::exp(x), expq(x)), x);
+      for (const double x : {-fabs(xs[i]), nonpositive(rng)}) {
+        exp_nonpositive_worst.add(ulps(host_double::exp_nonpositive(x), expq(x)), x);
+      }
+      for (const double x : {-fabs(xs[i]), near(rng)}) {
+        if (x == x) expm1_worst.add(ulps(host_double::expm1_nonpositive(x), expm1q(x)), x);  // NaN gives 0 there
+      }
+    }
+    exp_worst.print();
+    exp_nonpositive_worst.print();
+    expm1_worst.print();
+  }
   // log1p over the inputs, and over -1 + 2^uniform(-60, 1) (near -1, and across k = 0 and its neighbours).
   {
     Worst worst{"host_double::log1p"};
