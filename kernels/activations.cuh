@@ -457,15 +457,11 @@ inline NormalCdfPdf normal(double x) {
 ACTIVATION_FN double expm1_nonpositive(double x) { return expm1(x); }
 ACTIVATION_FN float exp_of(float x) { return expf(x); }
 ACTIVATION_FN double exp_of(double x) { return exp(x); }
+ACTIVATION_FN double exp_nonpositive_of(double x) { return exp(x); }  // exp for x <= 0 (or NaN)
 #else
 ACTIVATION_FN double expm1_nonpositive(double x) { return host_double::expm1_nonpositive(x); }
 ACTIVATION_FN float exp_of(float x) { return host_float::exp(x); }
 ACTIVATION_FN double exp_of(double x) { return host_double::exp(x); }
-#endif
-// exp for x <= 0 (or NaN).
-#ifdef __CUDA_ARCH__
-ACTIVATION_FN double exp_nonpositive_of(double x) { return exp(x); }
-#else
 ACTIVATION_FN double exp_nonpositive_of(double x) { return host_double::exp_nonpositive(x); }
 #endif
 ACTIVATION_FN float exp_nonpositive_of(float x) { return exp_of(x); }
