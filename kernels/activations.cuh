@@ -419,7 +419,7 @@ inline NormalCdfPdf normal(double x) {
   const uint64_t magnitude = bits_of(x) & 0x7fffffffffffffffu, largest = 0x4043599999999999u;  // 38.7
   const double a = from_bits(magnitude < largest ? magnitude : largest);
   const double square = a * a;
-    const ExpParts e = exp_parts(-0.5 * square, -0.5 * fma(a, a, -square));
+  const ExpParts e = exp_parts(-0.5 * square, -0.5 * fma(a, a, -square));
   const double half_a = 0.5 * a;
   const double d = 1.0 + half_a;
   const double d_lo = half_a > 1.0 ? (half_a - d) + 1.0 : (1.0 - d) + half_a;  // 1 + a / 2 = d + d_lo (Fast2Sum)
@@ -559,18 +559,6 @@ ACTIVATION_FN double tanh_of(double x) { return tanh(x); }
 ACTIVATION_FN double tanh_of(double x) { return tanh_from_expm1(x); }
 #endif
 
-// 1 / (1 + exp(-x)) without overflow and with full relative accuracy on both sides: for x < 0 it is
-// e / (1 + e) with e = exp(x), which stays accurate where the result is tiny (1 / (1 + exp(-x)) overflows to 0).
-template <class T>
-ACTIVATION_FN T sigmoid_of(T x) {
-#ifndef __CUDA_ARCH__
-  if constexpr (sizeof(T) == 4) return host_float::sigmoid_parts(x, 0.0f).s;
-#endif
-  const T e = exp_nonpositive_of(-fabs(x));
-  const T r = T(1) / (T(1) + e);
-  return x < T(0) ? e * r : r;
-}
-
 // sigmoid(x) and 1 - sigmoid(x) = sigmoid(-x), both to full relative accuracy (1 - s computed from a rounded s
 // would lose the bits that matter where s is near 1).
 // Of x + lo for a value held in two parts (|lo| << |x|), the argument's rounding error lo is applied to the
@@ -614,6 +602,13 @@ struct SigmoidPair {
   }
 #endif
 };
+
+// 1 / (1 + exp(-x)) without overflow and with full relative accuracy on both sides: SigmoidPair's s, e / (1 + e)
+// with e = exp(x) for x < 0, which stays accurate where the result is tiny (1 / (1 + exp(-x)) overflows to 0).
+template <class T>
+ACTIVATION_FN T sigmoid_of(T x) {
+  return SigmoidPair<T>(x).s;
+}
 
 // torch.selu's constants (aten/src/ATen/native/Activation.cpp).
 constexpr double kSeluAlpha = 1.6732632423543772848170429916717;
