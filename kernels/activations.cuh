@@ -236,16 +236,18 @@ inline float exp2_scaled_for_16bit(float u, float v) {
   return p * float_from_bits(bits_of(shifted) << 23);
 }
 
-// sigmoid_parts for results rounded to float16 or bfloat16 (SiLU's): exp(-|x|) by exp2_scaled_for_16bit
-// (relative error 2^-13.7, which s and 1 - s keep: under a quarter of a float16 ulp), |x| clamped at 150 (e^-150 =
-// 2^-216, 0 in any 16-bit result) by an integer minimum of its bits. NaN takes 150 too: the caller's x must carry
-// it, as SiLU's x s and s (1 + x (1 - s)) do. test_16bit_every_input checks SiLU with it on every float16 and
-// bfloat16 input. One thread, 2^17 elements in cache, ns an element, with sigmoid_parts -> with this (torch):
-// float16 SiLU forward 0.27 -> 0.16 (0.28), backward 0.42-0.45 -> 0.31 (0.41-0.43); bfloat16 forward 0.27 -> 0.16
-// (0.33), backward 0.41-0.42 -> 0.32 (0.50).
+// sigmoid_parts for results rounded to float16 or bfloat16 (SiLU's, softplus's backward): exp(-|x|) by
+// exp2_scaled_for_16bit (relative error 2^-13.7, which s and 1 - s keep: under a quarter of a float16 ulp), |x|
+// clamped at 150 (e^-150 = 2^-216, 0 in any 16-bit result) by a compare and select that keeps NaN, which then goes
+// through the arithmetic into both results. (An integer minimum of the bits, one instruction, took the float16 SiLU
+// backward to 0.31 ns an element instead of 0.34, but sent NaN to 150 and s to 1.) test_16bit_every_input checks
+// both ops with it on every float16 and bfloat16 input. One thread, 2^17 elements in cache, ns an element, with
+// sigmoid_parts -> with this (torch): float16 SiLU forward 0.28 -> 0.18 (0.29), backward 0.44-0.45 -> 0.34-0.35
+// (0.42-0.44); bfloat16 SiLU forward 0.27 -> 0.19 (0.34), backward 0.42-0.43 -> 0.34 (0.49-0.51); softplus
+// backward float16 0.43-0.44 -> 0.31-0.32 (0.42-0.44), bfloat16 0.45 -> 0.34 (0.50).
 inline SigmoidParts sigmoid_parts_for_16bit(float x) {
-  const uint32_t magnitude = bits_of(x) & 0x7fffffffu, largest = 0x43160000u;  // 150.0f
-  const float a = float_from_bits(magnitude < largest ? magnitude : largest);
+  const float magnitude = fabsf(x);
+  const float a = 150.0f < magnitude ? 150.0f : magnitude;
   const float scaled = exp2_scaled_for_16bit(a, -1.44269504088896341f);  // 2^100 exp(-|x|)
   constexpr float kUnscale = 7.88860905221011805e-31f;                     // 2^-100
   const float r = 1.0f / fmaf(scaled, kUnscale, 1.0f);
@@ -631,6 +633,16 @@ struct SigmoidPair {
 #endif
 };
 
+// SigmoidPair of x; where the result is rounded to float16 or bfloat16, on the CPU, from the cheaper
+// host_float::sigmoid_parts_for_16bit.
+template <bool k16BitResult, class T>
+ACTIVATION_FN SigmoidPair<T> sigmoid_pair(T x) {
+#ifndef __CUDA_ARCH__
+  if constexpr (k16BitResult) return SigmoidPair<T>::of(host_float::sigmoid_parts_for_16bit(x));
+#endif
+  return SigmoidPair<T>(x);
+}
+
 // 1 / (1 + exp(-x)) without overflow and with full relative accuracy on both sides: SigmoidPair's s, e / (1 + e)
 // with e = exp(x) for x < 0, which stays accurate where the result is tiny (1 / (1 + exp(-x)) overflows to 0).
 template <class T>
@@ -841,16 +853,9 @@ template <class T, bool k16BitResult = false>
 struct Silu {
   static constexpr bool kMask = false, kFromInput = true, kFromOutput = false;
   ACTIVATION_FN explicit Silu(const double*) {}
-  // s and 1 - s; for a 16-bit result on the CPU from the cheaper host_float::sigmoid_parts_for_16bit.
-  static ACTIVATION_FN SigmoidPair<T> sigmoid(T x) {
-#ifndef __CUDA_ARCH__
-    if constexpr (k16BitResult) return SigmoidPair<T>::of(host_float::sigmoid_parts_for_16bit(x));
-#endif
-    return SigmoidPair<T>(x);
-  }
-  ACTIVATION_FN T forward(T x) const { return x * sigmoid(x).s; }
+  ACTIVATION_FN T forward(T x) const { return x * sigmoid_pair<k16BitResult>(x).s; }
   ACTIVATION_FN T backward(T grad, T x) const {
-    const SigmoidPair<T> p = sigmoid(x);
+    const SigmoidPair<T> p = sigmoid_pair<k16BitResult>(x);
     return grad * (p.s * fma_of(x, p.one_minus_s, T(1)));
   }
   ACTIVATION_FN T second_derivative(T x) const {
@@ -1053,7 +1058,7 @@ struct Softplus {
   // rounded product, Coefficient::times, held the CPU's float32 backward to 0.77x of torch's.)
   ACTIVATION_FN T backward(T grad, T x) const {
     const T z = x * beta.hi;
-    return z > threshold ? grad : grad * sigmoid_of(z);
+    return z > threshold ? grad : grad * sigmoid_pair<k16BitResult>(z).s;
   }
   ACTIVATION_FN T second_derivative(T x) const {
     const T z = beta_x(x);
