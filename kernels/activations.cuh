@@ -590,7 +590,7 @@ struct SigmoidPair {
   ACTIVATION_FN explicit SigmoidPair(T x) {
 #ifndef __CUDA_ARCH__
     if constexpr (sizeof(T) == 4) {
-      set(host_float::sigmoid_parts(x, 0.0f));
+      *this = SigmoidPair(host_float::sigmoid_parts(x, 0.0f));
       return;
     }
 #endif
@@ -599,13 +599,17 @@ struct SigmoidPair {
   ACTIVATION_FN SigmoidPair(T x, T lo, bool fast = false) {
 #ifndef __CUDA_ARCH__
     if constexpr (sizeof(T) == 4) {  // the CPU's float sigmoid (its exp_for_16bit is the accurate exp)
-      set(host_float::sigmoid_parts(x, lo));
+      *this = SigmoidPair(host_float::sigmoid_parts(x, lo));
       return;
     }
 #endif
     const T e_x = fast ? exp_for_16bit(-fabs(x)) : exp_nonpositive_of(-fabs(x));
     from_exp(x, fma_of(e_x, x < T(0) ? lo : -lo, e_x), fast);
   }
+#ifndef __CUDA_ARCH__
+  // From parts that a CPU formula computed (host_float's).
+  explicit SigmoidPair(const host_float::SigmoidParts& parts) : s(parts.s), one_minus_s(parts.one_minus_s) {}
+#endif
 
  private:
   // From e = exp(-|x|).
@@ -614,23 +618,6 @@ struct SigmoidPair {
     s = x < T(0) ? e * r : r;
     one_minus_s = x < T(0) ? r : e * r;
   }
-#ifndef __CUDA_ARCH__
-  void set(const host_float::SigmoidParts& parts) {
-    s = parts.s;
-    one_minus_s = parts.one_minus_s;
-  }
-
- public:
-  // From parts computed elsewhere (a CPU formula of an op's own).
-  static SigmoidPair of(const host_float::SigmoidParts& parts) {
-    SigmoidPair pair;
-    pair.set(parts);
-    return pair;
-  }
-
- private:
-  SigmoidPair() = default;
-#endif
 };
 
 // SigmoidPair of x; where the result is rounded to float16 or bfloat16, on the CPU, from the cheaper
@@ -638,7 +625,7 @@ struct SigmoidPair {
 template <bool k16BitResult, class T>
 ACTIVATION_FN SigmoidPair<T> sigmoid_pair(T x) {
 #ifndef __CUDA_ARCH__
-  if constexpr (k16BitResult) return SigmoidPair<T>::of(host_float::sigmoid_parts_for_16bit(x));
+  if constexpr (k16BitResult) return SigmoidPair<T>(host_float::sigmoid_parts_for_16bit(x));
 #endif
   return SigmoidPair<T>(x);
 }
