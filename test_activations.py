@@ -439,6 +439,30 @@ def test_16bit_every_input(name, dtype, device):
     check_at_random_gradient(name, x, f"{name} {dtype} {device} every input")
 
 
+def test_float64_normal_coefficients_are_what_the_fit_script_prints():
+    """host_double::normal's polynomial (kernels/activations.cuh, the CPU's float64 GELU) is the fit that
+    tools/normal_tail_fit.py makes and checks (its error, and the order the last step's Fast2Sum needs): the same
+    doubles, so the code and the script cannot drift apart."""
+    printed = subprocess.run([sys.executable, os.path.join(HERE, "tools", "normal_tail_fit.py")], capture_output=True,
+                             text=True, timeout=300, check=True).stdout
+    with open(os.path.join(HERE, "kernels", "activations.cuh")) as f:
+        source = f.read()
+
+    def constants(text):
+        scalars = {name: [float(value)] for name, value in
+                   re.findall(r"(k(?:Near|Far)(?:Center|ConstantLo)) = ([-+0-9.e]+)", text)}
+        arrays = {name: [float(v) for v in values.replace("\n", " ").split(",") if v.strip()]
+                  for name, values in re.findall(r"constexpr double (k(?:Near|Far))\[\] = \{([^}]*)\}", text)}
+        return {**scalars, **arrays}
+
+    expected = constants(printed)
+    assert sorted(expected) == ["kFar", "kFarCenter", "kFarConstantLo", "kNear", "kNearCenter", "kNearConstantLo"]
+    assert constants(source) == expected
+    assert len(expected["kNear"]) == len(expected["kFar"]) == 20  # degree 19: normal_chain's layout
+    split = re.search(r"a <= ([0-9.]+) \(the near piece\)", printed).group(1)
+    assert float(re.search(r"kNormalSplit = ([0-9.]+)", source).group(1)) == float(split)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", CASES)
 def test_special_values_behave_as_torch(name, device):
