@@ -209,16 +209,20 @@ inline float log1p(float u) {
 struct SigmoidParts {
   float s, one_minus_s;
 };
+// The pair from scaled = e / unscale, e = exp(-|x|) (unscale a power of two): r = 1 / (1 + e) and e r, the scale
+// taken out after the product.
+inline SigmoidParts sigmoid_parts_from_scaled(float x, float scaled, float unscale) {
+  const float r = 1.0f / fmaf(scaled, unscale, 1.0f);
+  const float small = (scaled * r) * unscale;
+  return {x < 0.0f ? small : r, x < 0.0f ? r : small};
+}
 inline SigmoidParts sigmoid_parts(float x, float lo) {
   const float magnitude = fabsf(x);
   const bool clamped = magnitude > 104.0f;
   const float a = clamped ? 104.0f : magnitude;  // NaN stays NaN
   const float minus_a_lo = clamped ? 0.0f : (x < 0.0f ? lo : -lo);
   const float scaled = float_math::exp_nonpositive_scaled(-a, minus_a_lo);  // 2^24 exp(-|x + lo|)
-  constexpr float kUnscale = 1.0f / 16777216;                                         // 2^-24
-  const float r = 1.0f / fmaf(scaled, kUnscale, 1.0f);
-  const float small = (scaled * r) * kUnscale;
-  return {x < 0.0f ? small : r, x < 0.0f ? r : small};
+  return sigmoid_parts_from_scaled(x, scaled, 1.0f / 16777216);              // 2^-24
 }
 
 // 2^(u v + 100) for u v in [-226, 28], for results rounded to float16 or bfloat16 (relative error 2^-13.7): the
@@ -249,10 +253,7 @@ inline SigmoidParts sigmoid_parts_for_16bit(float x) {
   const float magnitude = fabsf(x);
   const float a = 150.0f < magnitude ? 150.0f : magnitude;
   const float scaled = exp2_scaled_for_16bit(a, -1.44269504088896341f);  // 2^100 exp(-|x|)
-  constexpr float kUnscale = 7.88860905221011805e-31f;                     // 2^-100
-  const float r = 1.0f / fmaf(scaled, kUnscale, 1.0f);
-  const float small = (scaled * r) * kUnscale;
-  return {x < 0.0f ? small : r, x < 0.0f ? r : small};
+  return sigmoid_parts_from_scaled(x, scaled, 7.88860905221011805e-31f);   // 2^-100
 }
 
 }  // namespace host_float
