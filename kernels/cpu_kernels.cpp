@@ -258,17 +258,27 @@ inline void cpu_loop_by_bfloat16_steps(int64_t n, Op op, c10::BFloat16* out, con
   for (; i < n; ++i) out[i] = store<c10::BFloat16>(op(load(in[i])...));
 }
 
-// cpu_loop for float16 with F16C (see load8), kHalfStep elements a step.
-template <class Op, class... In, size_t... I>
-inline void cpu_loop_by_halves(int64_t n, Op op, c10::Half* out, std::index_sequence<I...>, const In*... in) {
+// out[i] = op(i, v...) rounded to Out for i < n, v... the inputs' elements i in the compute type: the elementwise
+// loop (cpu_loop_with) and softmax's column loops. Where Out and the inputs are float16 and the loops have F16C,
+// kHalfStep elements a step (see load8); otherwise one loop, which g++ vectorizes.
+template <class Out, class Op, class... T, size_t... I>
+ACTIVATIONS_CPU_WIDE_LOOP inline void map_elements_of(int64_t n, Out* out, Op& op, std::index_sequence<I...>,
+                                                      const T*... x) {
   int64_t i = 0;
-  for (; i + kHalfStep <= n; i += kHalfStep) {
-    float x[sizeof...(In)][kHalfStep], y[kHalfStep];
-    (load_halves(in + i, x[I]), ...);
-    for (int k = 0; k < kHalfStep; ++k) y[k] = op(x[I][k]...);
-    store_halves(y, out + i);
+  if constexpr (kF16c && std::is_same_v<Out, c10::Half> && (std::is_same_v<T, c10::Half> && ...)) {
+    for (; i + kHalfStep <= n; i += kHalfStep) {
+      float v[sizeof...(T) + 1][kHalfStep], result[kHalfStep];  // + 1: no inputs (scale_columns) is no array
+      (load_halves(x + i, v[I]), ...);
+      for (int k = 0; k < kHalfStep; ++k) result[k] = op(i + k, v[I][k]...);
+      store_halves(result, out + i);
+    }
   }
-  for (; i < n; ++i) out[i] = store<c10::Half>(op(load(in[i])...));
+#pragma GCC ivdep
+  for (; i < n; ++i) out[i] = store<Out>(op(i, load(x[i])...));
+}
+template <class Out, class Op, class... T>
+ACTIVATIONS_CPU_WIDE_LOOP inline void map_elements(int64_t n, Out* out, Op&& op, const T*... x) {
+  map_elements_of(n, out, op, std::index_sequence_for<T...>{}, x...);
 }
 
 // out[i] = op(in[i]...) for i < n, computed in the compute type and rounded once on store. kMode >= 0: the
@@ -276,13 +286,10 @@ inline void cpu_loop_by_halves(int64_t n, Op op, c10::Half* out, std::index_sequ
 template <int kMode, class Op, class Out, class... In>
 ACTIVATIONS_CPU_WIDE_LOOP void cpu_loop_with(int64_t n, Op op, Out* out, const In*... in) {
   if constexpr (kMode >= 0) op.f.tanh_form = kMode == 1;
-  if constexpr (kF16c && std::is_same_v<Out, c10::Half>) {
-    cpu_loop_by_halves(n, op, out, std::index_sequence_for<In...>{}, in...);
-  } else if constexpr (kBFloat16ByInstruction && std::is_same_v<Out, c10::BFloat16>) {
+  if constexpr (kBFloat16ByInstruction && std::is_same_v<Out, c10::BFloat16>) {
     cpu_loop_by_bfloat16_steps(n, op, out, in...);
   } else {
-#pragma GCC ivdep
-    for (int64_t i = 0; i < n; ++i) out[i] = store<Out>(op(load(in[i])...));
+    map_elements(n, out, [&op](int64_t, auto... v) { return op(v...); }, in...);
   }
 }
 

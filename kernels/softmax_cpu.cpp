@@ -128,7 +128,7 @@ ACTIVATIONS_CPU_WIDE_LOOP void backward_output(int64_t n, const T* g, const T* y
 // took the softmax backward over dim 1 of 64 x 256 x 64 from 0.82x torch's to 1.11x in float32 and from 0.84x to
 // 1.06x in float64 (one thread, alternating rounds): a step there is 64 columns, 4 vectors, and a call cost about
 // 11 cycles (timed with blocks of 16 columns).
-// A step's columns go through each_column and map_columns: float16 kHalfStep elements at a time through F16C
+// A step's columns go through each_column and map_elements (cpu_kernels.cpp): float16 kHalfStep elements at a time through F16C
 // (g++ vectorizes no float16 conversion), the other types element by element, vectorized. float16 used to be
 // widened into float buffers for each pass and rounded out of one. Over dim 1 of 64 x 256 x 64, 2 threads,
 // alternating, ms, before -> after (torch): softmax backward 0.138-0.140 -> 0.064 (0.105-0.111), log_softmax
@@ -152,27 +152,6 @@ ACTIVATIONS_CPU_WIDE_LOOP inline void each_column_of(int64_t w, Op& op, std::ind
 template <class Op, class... T>
 ACTIVATIONS_CPU_WIDE_LOOP inline void each_column(int64_t w, Op&& op, const T*... x) {
   each_column_of(w, op, std::index_sequence_for<T...>{}, x...);
-}
-
-// out[i] = op(i, v...) rounded to Out, for each column i < w of one step, as each_column.
-template <class Out, class Op, class... T, size_t... I>
-ACTIVATIONS_CPU_WIDE_LOOP inline void map_columns_of(int64_t w, Out* out, Op& op, std::index_sequence<I...>,
-                                                     const T*... x) {
-  int64_t i = 0;
-  if constexpr (kF16c && std::is_same_v<Out, c10::Half> && (std::is_same_v<T, c10::Half> && ...)) {
-    for (; i + kHalfStep <= w; i += kHalfStep) {
-      float v[sizeof...(T) + 1][kHalfStep], result[kHalfStep];  // + 1: no operands (scale_columns) is no array
-      (load_halves(x + i, v[I]), ...);
-      for (int k = 0; k < kHalfStep; ++k) result[k] = op(i + k, v[I][k]...);
-      store_halves(result, out + i);
-    }
-  }
-#pragma GCC ivdep
-  for (; i < w; ++i) out[i] = store<Out>(op(i, load(x[i])...));
-}
-template <class Out, class Op, class... T>
-ACTIVATIONS_CPU_WIDE_LOOP inline void map_columns(int64_t w, Out* out, Op&& op, const T*... x) {
-  map_columns_of(w, out, op, std::index_sequence_for<T...>{}, x...);
 }
 
 template <class T, class C = compute_t<T>>
@@ -204,14 +183,14 @@ template <class T, class C>
 ACTIVATIONS_CPU_WIDE_LOOP void scale_columns(int64_t steps, int64_t stride, int64_t w, const C* e, const C* total,
                                              T* y) {
   for (int64_t j = 0; j < steps; ++j, e += w, y += stride) {
-    map_columns(w, y, [e, total](int64_t i) { return e[i] * total[i]; });
+    map_elements(w, y, [e, total](int64_t i) { return e[i] * total[i]; });
   }
 }
 template <bool kLog, class T, class C = compute_t<T>>
 ACTIVATIONS_CPU_WIDE_LOOP void softmax_output_columns(int64_t steps, int64_t stride, int64_t w, const T* x,
                                                       const C* max, const C* total, T* y) {
   for (int64_t j = 0; j < steps; ++j, x += stride, y += stride) {
-    map_columns(w, y, [max, total](int64_t i, C v) {
+    map_elements(w, y, [max, total](int64_t i, C v) {
       return kLog ? (v - max[i]) - total[i] : exp_of(v - max[i]) * total[i];
     }, x);
   }
@@ -228,7 +207,7 @@ template <bool kLog, class T, class C = compute_t<T>>
 ACTIVATIONS_CPU_WIDE_LOOP void backward_output_columns(int64_t steps, int64_t stride, int64_t w, const T* g,
                                                        const T* y, const C* sum, T* gi) {
   for (int64_t j = 0; j < steps; ++j, g += stride, y += stride, gi += stride) {
-    map_columns(w, gi, [sum](int64_t i, C gk, C yk) { return kLog ? gk - exp_of(yk) * sum[i] : yk * (gk - sum[i]); },
+    map_elements(w, gi, [sum](int64_t i, C gk, C yk) { return kLog ? gk - exp_of(yk) * sum[i] : yk * (gk - sum[i]); },
                 g, y);
   }
 }
