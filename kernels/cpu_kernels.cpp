@@ -246,21 +246,10 @@ inline void store_bfloat16s(const float* in, c10::BFloat16* out) {
 }
 #endif
 
-// cpu_loop for bfloat16 results with store_bfloat16s: 32 elements a step.
-template <class Op, class... In>
-inline void cpu_loop_by_bfloat16_steps(int64_t n, Op op, c10::BFloat16* out, const In*... in) {
-  int64_t i = 0;
-  for (; i + 32 <= n; i += 32) {
-    float y[32];
-    for (int k = 0; k < 32; ++k) y[k] = op(load(in[i + k])...);
-    store_bfloat16s(y, out + i);
-  }
-  for (; i < n; ++i) out[i] = store<c10::BFloat16>(op(load(in[i])...));
-}
-
 // out[i] = op(i, v...) rounded to Out for i < n, v... the inputs' elements i in the compute type: the elementwise
 // loop (cpu_loop_with) and softmax's column loops. Where Out and the inputs are float16 and the loops have F16C,
-// kHalfStep elements a step (see load8); otherwise one loop, which g++ vectorizes.
+// kHalfStep elements a step (see load8); bfloat16 results 32 a step where store_bfloat16s rounds them by
+// instruction; otherwise one loop, which g++ vectorizes.
 template <class Out, class Op, class... T, size_t... I>
 ACTIVATIONS_CPU_WIDE_LOOP inline void map_elements_of(int64_t n, Out* out, Op& op, std::index_sequence<I...>,
                                                       const T*... x) {
@@ -271,6 +260,12 @@ ACTIVATIONS_CPU_WIDE_LOOP inline void map_elements_of(int64_t n, Out* out, Op& o
       (load_halves(x + i, v[I]), ...);
       for (int k = 0; k < kHalfStep; ++k) result[k] = op(i + k, v[I][k]...);
       store_halves(result, out + i);
+    }
+  } else if constexpr (kBFloat16ByInstruction && std::is_same_v<Out, c10::BFloat16>) {
+    for (; i + 32 <= n; i += 32) {
+      float result[32];
+      for (int k = 0; k < 32; ++k) result[k] = op(i + k, load(x[i + k])...);
+      store_bfloat16s(result, out + i);
     }
   }
 #pragma GCC ivdep
@@ -286,11 +281,7 @@ ACTIVATIONS_CPU_WIDE_LOOP inline void map_elements(int64_t n, Out* out, Op&& op,
 template <int kMode, class Op, class Out, class... In>
 ACTIVATIONS_CPU_WIDE_LOOP void cpu_loop_with(int64_t n, Op op, Out* out, const In*... in) {
   if constexpr (kMode >= 0) op.f.tanh_form = kMode == 1;
-  if constexpr (kBFloat16ByInstruction && std::is_same_v<Out, c10::BFloat16>) {
-    cpu_loop_by_bfloat16_steps(n, op, out, in...);
-  } else {
-    map_elements(n, out, [&op](int64_t, auto... v) { return op(v...); }, in...);
-  }
+  map_elements(n, out, [&op](int64_t, auto... v) { return op(v...); }, in...);
 }
 
 // A functor with a mode flag (GELU's tanh_form) gets a loop per mode, the flag a constant in each: g++ cannot
