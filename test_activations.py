@@ -1186,6 +1186,23 @@ def test_softmax_matches_float64(name, device, n, dtype):
                            f"{name} {dtype} {rows}x{n} backward (seed {seed})")
 
 
+@requires_cuda
+@pytest.mark.parametrize("n", [131072, 393216])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+@pytest.mark.parametrize("name", SOFTMAX_OPS)
+def test_softmax_cuda_clusters_take_rows_in_turn(name, dtype, n):
+    """16-bit rows staged in clusters of 4 and 8 blocks: each cluster takes rows r, r + clusters, ..., copying the
+    next row's part into shared memory while it writes the last (staged_clusters). With more rows than the GPU
+    holds clusters (an H100: about 100 of 4 blocks at 131072, 30 of 8 at 393216) and the special rows spread among
+    them, each row's max, sum and exchange must be its own."""
+    seed = fresh_seed()
+    x = softmax_rows(n, 250 if n == 131072 else 90, dtype, "cuda", seed)
+    x = x[torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(seed)).to(x.device)]
+    poison_allocator("cuda", 2 * x.numel() * x.element_size())
+    y = softmax_ours(name)(x, -1)
+    check_softmax_forward(name, x, y, -1, f"{name} {dtype} {x.shape[0]}x{n} forward (seed {seed})")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", SOFTMAX_OPS)

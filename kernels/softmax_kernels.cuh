@@ -8,7 +8,7 @@
 //   once into the shared memory of a thread-block cluster (sm_90+; one block without clusters), whose blocks
 //   exchange the row's max and sum through distributed shared memory. One read and one write per element; the
 //   other passes over the row read shared memory.
-// - Longer rows (and 16-bit forwards past 2 blocks, float64 rows, rows past one block without clusters): two
+// - Longer rows (and 16-bit forwards past 8 blocks, float64 rows, rows past one block without clusters): two
 //   passes. Blocks reduce parts of a row to partial (max, sum) pairs in a workspace, then each block combines its
 //   row's pairs and writes its part, reading it again.
 // A row need not start on a 16-byte boundary (one of 50257 floats does not): see load_vec.
@@ -114,6 +114,45 @@ struct Sum {
   __device__ __forceinline__ C operator()(C a, C b) const { return a + b; }
   template <class C>
   static __device__ __forceinline__ C identity() { return C(0); }
+};
+
+// exp(d) for d = x - max <= 0, as a term of a forward's sum of exponentials. A 16-bit row's term is one
+// ex2.approx.ftz of d log2(e) (the error of exp_for's; without .ftz ex2.approx takes four instructions, to keep
+// subnormal results): a term it flushes to 0 is below 2^-126, beside the max's term of 1.
+template <class S, class C>
+__device__ __forceinline__ C exp_term(C d) {
+  if constexpr (sizeof(S) == 2) {
+    float r;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d * 1.44269504088896341f));
+    return r;
+  } else {
+    return exp_(d);
+  }
+}
+
+// A forward's output from d = x - max, given the sum s of exp(x - max): softmax exp(d) / s, log_softmax
+// d - log(s). A 16-bit softmax output is 2^(d log2(e) + 64) (s 2^64)^-1: one fma, one ex2.approx.ftz and one
+// product. The 2^64 keeps bfloat16's subnormal outputs (down to 2^-133), which the ex2 alone would flush, without
+// ex2's four-instruction subnormal path. The fma rounds the exponent (at most 64, and past -126 where the result
+// is 0) to within 2^-18, 2^-18.5 relative in the result.
+template <class S, class C>
+struct ForwardOutput {
+  static constexpr bool k16Bit = sizeof(S) == 2;
+  ForwardOutput() = default;
+  __device__ __forceinline__ ForwardOutput(C s, bool log)
+      : log(log), log_s(log ? log_(s) : C(0)), scale(k16Bit ? C(1) / s * C(0x1p-64) : C(1) / s) {}
+  __device__ __forceinline__ C operator()(C d) const {
+    if (log) return d - log_s;
+    if constexpr (k16Bit) {
+      float r;
+      asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(fmaf(d, 1.44269504088896341f, 64.0f)));
+      return r * scale;
+    } else {
+      return exp_(d) * scale;
+    }
+  }
+  bool log;
+  C log_s, scale;
 };
 
 template <class S, int V>
@@ -284,7 +323,9 @@ __device__ __forceinline__ C cluster_reduce(C v, Op op, C* slot, C* result) {
 // warp reads block b's pair, the warp takes the row's max M and sums s_b exp(m_b - M), in the same order in every
 // block. A block whose part is all -inf (or past the row's end) has s_b = 0 and adds 0; a row of all -inf gets a
 // sum of 0, and exp(x - M) / 0 is NaN, as torch's; a NaN or +inf anywhere makes the sum NaN. slots: 4 values of
-// shared memory. Once a kernel: the block then exits through cluster_exit_sync<kArriveEarly>.
+// shared memory. Once a row: a block that arrived early waits for the barrier before its next exchange and
+// before it exits (cluster_exit_sync<kArriveEarly>); one that did not passes another pair of slots to the next
+// exchange, whose sync all blocks reach only after reading this one's.
 template <bool kArriveEarly, class S, class C>
 __device__ __forceinline__ void cluster_combine(C& m, C& s, C* slots) {
 #if ACTIVATIONS_SOFTMAX_CLUSTERS
@@ -487,8 +528,10 @@ __global__ void __launch_bounds__(block_threads(kRowThreads))
 // positions [rank * part, (rank + 1) * part) of the row (see load_vec; `part` a multiple of V) in its dynamic
 // shared memory: the first pass reads them from global memory (the forward's 16-bit rows by cp.async, the whole
 // part in flight; otherwise kStagedUnroll vectors in flight a thread), the passes after it read shared memory.
-// With at most kStagedBytes a block, two blocks share an SM, so one's reductions and shared-memory passes overlap
-// the other's reads and writes.
+// With at most kStagedBytes a block, two blocks share an SM (three where parts are at most 64 KB: the forward is
+// built for 40 registers a thread), so one's reductions and shared-memory passes overlap the other's reads and
+// writes. A forward's cluster may take several rows in turn (staged_clusters), copying the next row's part into
+// each vector of shared memory as soon as its writing pass has used it.
 
 constexpr int kStagedThreads = 512;
 constexpr int kStagedUnroll = 4;
@@ -516,77 +559,125 @@ __device__ __forceinline__ Vec<S, V>* staged_vectors() {
   return reinterpret_cast<Vec<S, V>*>(staged_memory);
 }
 
+// This thread's max over vectors j = threadIdx.x, + kStagedThreads, ... below count of a staged 16-bit part, NaN
+// kept: pairs compared by one packed instruction (HMNMX2 with .NAN), a quarter of the instructions of widening
+// every element first.
+template <class S, int V>
+__device__ __forceinline__ float staged_max(const Vec<S, V>* stage, int64_t count) {
+  using Pair = std::conditional_t<std::is_same_v<S, __half>, __half2, __nv_bfloat162>;
+  static_assert(sizeof(S) == 2 && V % 2 == 0, "16-bit vectors of pairs");
+  Pair m;
+  m.x = m.y = Num<S>::store(-INFINITY);
+  for (int64_t j = threadIdx.x; j < count; j += kStagedThreads) {
+    const Vec<S, V> q = stage[j];
+    const Pair* pairs = reinterpret_cast<const Pair*>(&q);
+#pragma unroll
+    for (int k = 0; k < V / 2; ++k) m = __hmax2_nan(m, pairs[k]);
+  }
+  return max_nan(Num<S>::load(m.x), Num<S>::load(m.y));
+}
+
+// Built for three blocks an SM (40 registers), which parts of up to 64 KB allow: H100, softmax, ms, built for two
+// -> three: bfloat16 4096 x 131072 0.824 -> 0.774, 16384 x 65536 1.643 -> 1.486; float32 4096 x 131072 (48
+// registers for two) 1.618 -> 1.533, 8192 x 32768 0.762 -> 0.745.
 template <class S, int V, bool kEdges, bool kCluster>
-__global__ void __launch_bounds__(kStagedThreads, 2)
-    staged_forward(const S* __restrict__ x, S* __restrict__ y, int64_t n, int64_t part, bool log) {
+__global__ void __launch_bounds__(kStagedThreads, 3)
+    staged_forward(const S* __restrict__ x, S* __restrict__ y, int64_t rows, int64_t n, int64_t part, bool log) {
   using N = Num<S>;
   using C = typename N::C;
+  // 16-bit rows: every whole vector of the part copied at once, without registers (cp.async), the edges by plain
+  // loads. Loaded through registers, 4 vectors a thread, a block kept only part of its part in flight: H100,
+  // bfloat16 softmax forward at 8192 x 32768 0.557 ms against 0.446, 8192 x 50257 0.904 against 0.759. float32
+  // rows load through registers: copied so, 8192 x 32768 ran 0.920 ms against 0.849 and 4096 x 393216 6.34 against
+  // 6.09 (4096 x 131072 1.73 against 1.83).
+  constexpr bool kCopyAsync = sizeof(S) == 2 && sizeof(Vec<S, V>) == 16;
+  // Arriving at the cluster's barrier as soon as the exchange has read the other blocks' slots ran float32 rows
+  // faster and 16-bit rows, one a cluster, slower (H100, results/h100-2026-11-25/ab_cluster_exit.log: softmax
+  // 4096 x 393216 float32 5.10 -> 4.78 ms, 8192 x 50257 1.24 -> 1.20; bfloat16 4096 x 393216 2.63 -> 2.81, 4096 x
+  // 131072 0.81 -> 0.83).
+  constexpr bool kArriveEarly = !kCopyAsync;
   __shared__ C scratch[32];
-  __shared__ C slots[4];
+  __shared__ C slots[2][4];  // the exchanges', alternating between rows (see the exchange below)
   Vec<S, V>* stage = staged_vectors<S, V>();
   unsigned rank, blocks_per_row;
   cluster_position<kCluster>(rank, blocks_per_row);
-  const int64_t row = blockIdx.x / blocks_per_row;
-  const S* xr = x + row * n;
-  const int shift = row_shift<S, V, kEdges>(xr);
-  const int64_t begin = rank * part, end = min(n + shift, begin + part);
+  const int64_t clusters = gridDim.x / blocks_per_row;  // a cluster takes rows r, r + clusters, ...
   const S fill = N::store(-INFINITY);
-  const int64_t count = (end - begin + V - 1) / V;  // vectors staged (none where the part lies past the row)
-  C m = -INFINITY;
-  if constexpr (sizeof(S) == 2 && sizeof(Vec<S, V>) == 16) {
-    // 16-bit rows: every whole vector of the part copied at once, without registers (cp.async), the edges by plain
-    // loads; then the max from shared memory. Loaded through registers, 4 vectors a thread, a block kept only part
-    // of its part in flight: H100, bfloat16 softmax forward at 8192 x 32768 0.557 ms against 0.446, 8192 x 50257
-    // 0.904 against 0.759. float32 rows load through registers: copied so, 8192 x 32768 ran 0.920 ms against 0.849
-    // and 4096 x 393216 6.34 against 6.09 (4096 x 131072 1.73 against 1.83).
-    for (int64_t j = threadIdx.x; j < count; j += kStagedThreads) {
-      const int64_t i = begin + j * V - shift;
-      if (!kEdges || (i >= 0 && i + V <= n)) {
-        copy16_async(&stage[j], xr + i);
-      } else {
-        stage[j] = load_vec<S, V, kEdges>(xr, n, shift, begin + j * V, fill);
-      }
+  struct Part {  // this block's part of a row
+    const S* x;
+    int shift;
+    int64_t begin, end, count;  // grid positions [begin, end), `count` vectors (none where past the row's end)
+  };
+  const auto part_of = [&](int64_t row) {
+    Part p;
+    p.x = x + row * n;
+    p.shift = row_shift<S, V, kEdges>(p.x);
+    p.begin = rank * part;
+    p.end = min(n + p.shift, p.begin + part);
+    p.count = p.end > p.begin ? (p.end - p.begin + V - 1) / V : 0;
+    return p;
+  };
+  // Vector j of a 16-bit part into shared memory; every thread reads back only the vectors it copied.
+  const auto copy = [&](const Part& p, int64_t j) {
+    const int64_t i = p.begin + j * V - p.shift;
+    if (!kEdges || (i >= 0 && i + V <= n)) {
+      copy16_async(&stage[j], p.x + i);
+    } else {
+      stage[j] = load_vec<S, V, kEdges>(p.x, n, p.shift, p.begin + j * V, fill);
     }
-    wait_async_copies();
-    __syncthreads();
-    for (int64_t j = threadIdx.x; j < count; j += kStagedThreads) {
+  };
+  int64_t row = blockIdx.x / blocks_per_row;
+  Part now = part_of(row);
+  if constexpr (kCopyAsync)
+    for (int64_t j = threadIdx.x; j < now.count; j += kStagedThreads) copy(now, j);
+  for (int parity = 0; row < rows; row += clusters, parity ^= 1) {
+    const int64_t next_row = row + clusters;
+    const Part next = kCopyAsync && next_row < rows ? part_of(next_row) : Part{x, 0, 0, 0, 0};
+    C m = -INFINITY;
+    if constexpr (kCopyAsync) {
+      wait_async_copies();
+      m = staged_max(stage, now.count);
+    } else {
+      for_each_vector<kStagedThreads, V, kStagedUnroll>(
+          now.begin, now.end, [&](int64_t p) { return load_vec<S, V, kEdges>(now.x, n, now.shift, p, fill); },
+          [&](int64_t p, const Vec<S, V>& q) {
+            stage[(p - now.begin) / V] = q;
+#pragma unroll
+            for (int k = 0; k < V; ++k) m = max_nan(m, N::load(q.v[k]));
+          });
+    }
+    // The block's own max and sum, then one exchange over the cluster for the row's (cluster_combine).
+    m = block_reduce<kStagedThreads>(m, Max{}, scratch);
+    const C block_max = m == -INFINITY ? C(0) : m;  // a part of only -inf (or only fill) sums to 0, not NaN
+    C s = 0;
+    for (int64_t j = threadIdx.x; j < now.count; j += kStagedThreads) {
       const Vec<S, V> q = stage[j];
 #pragma unroll
-      for (int k = 0; k < V; ++k) m = max_nan(m, N::load(q.v[k]));
+      for (int k = 0; k < V; ++k) s += exp_term<S>(N::load(q.v[k]) - block_max);  // -inf fill: exp gives 0
     }
-  } else {
-    for_each_vector<kStagedThreads, V, kStagedUnroll>(
-        begin, end, [&](int64_t p) { return load_vec<S, V, kEdges>(xr, n, shift, p, fill); },
-        [&](int64_t p, const Vec<S, V>& q) {
-          stage[(p - begin) / V] = q;
-#pragma unroll
-          for (int k = 0; k < V; ++k) m = max_nan(m, N::load(q.v[k]));
-        });
-  }
-  // The block's own max and sum, then one exchange over the cluster for the row's (cluster_combine).
-  m = block_reduce<kStagedThreads>(m, Max{}, scratch);
-  const C block_max = m == -INFINITY ? C(0) : m;  // a part of only -inf (or only fill) sums to 0, not NaN
-  C s = 0;
-  for (int64_t j = threadIdx.x; j < count; j += kStagedThreads) {
-    const Vec<S, V> q = stage[j];
-#pragma unroll
-    for (int k = 0; k < V; ++k) s += exp_for<S>(N::load(q.v[k]) - block_max);  // -inf fill: exp gives 0
-  }
-  s = block_reduce<kStagedThreads>(s, Sum{}, scratch);
-  // Arriving early at the exit barrier (cluster_exit_sync) ran float32 rows faster and 16-bit rows, whose parts
-  // are copied by cp.async, slower (H100, results/h100-2026-11-25/ab_cluster_exit.log: softmax 4096 x 393216
-  // float32 5.10 -> 4.78 ms, 8192 x 50257 1.24 -> 1.20; bfloat16 4096 x 393216 2.63 -> 2.81, 4096 x 131072 0.81
-  // -> 0.83).
-  constexpr bool kArriveEarly = sizeof(S) != 2;
-  if constexpr (kCluster) cluster_combine<kArriveEarly, S>(m, s, slots);
-  const C log_s = log ? log_(s) : C(0), inv_s = C(1) / s;
-  S* yr = y + row * n;
-  for (int64_t j = threadIdx.x; j < count; j += kStagedThreads) {
-    const Vec<S, V> q = stage[j];
-    store_vec<S, V, kEdges>(yr, n, shift, begin + j * V, [&](int k) {
-      const C v = N::load(q.v[k]);
-      return log ? (v - m) - log_s : exp_for<S>(v - m) * inv_s;
-    });
+    s = block_reduce<kStagedThreads>(s, Sum{}, scratch);
+    if constexpr (kCluster) {
+      // A row after the first: wait until every block has read the last exchange's slots (kArriveEarly: each
+      // arrived there when done); otherwise the slots alternate, and the last row's sync kept the other pair.
+      if (kArriveEarly && row >= clusters) __cluster_barrier_wait();
+      cluster_combine<kArriveEarly, S>(m, s, slots[kArriveEarly ? 0 : parity]);
+    }
+    const ForwardOutput<S, C> output(s, log);
+    S* yr = y + row * n;
+    const int64_t last = kCopyAsync ? max(now.count, next.count) : now.count;
+    for (int64_t j = threadIdx.x; j < last; j += kStagedThreads) {
+      if (j < now.count) {
+        const Vec<S, V> q = stage[j];
+        store_vec<S, V, kEdges>(yr, n, now.shift, now.begin + j * V, [&](int k) { return output(N::load(q.v[k]) - m); });
+      }
+      // The next row's vector j, copied where this row's was read: after the store that used its values.
+      if constexpr (kCopyAsync)
+        if (j < next.count) copy(next, j);
+    }
+    // Only 16-bit rows are taken in turn (staged_clusters). Compiled as a loop, float32's one row ran slower
+    // (H100, 8192 x 50257 softmax 1.198 -> 1.493 ms).
+    if constexpr (!kCopyAsync) break;
+    now = next;
   }
   if constexpr (kCluster) cluster_exit_sync<kArriveEarly>();
 }
@@ -697,8 +788,8 @@ __device__ __forceinline__ void online_add(C& m, C& s, const C* v, int count) {
   for (int k = 1; k < count; ++k) vm = max_nan(vm, v[k]);
   const C nm = max_nan(m, vm);
   if (nm == -INFINITY) return;  // nothing but -inf so far: the sum stays 0
-  s *= exp_for<S>(m - nm);  // 0 while m was -inf
-  for (int k = 0; k < count; ++k) s += exp_for<S>(v[k] - nm);
+  s *= exp_term<S>(m - nm);  // 0 while m was -inf
+  for (int k = 0; k < count; ++k) s += exp_term<S>(v[k] - nm);
   m = nm;
 }
 
@@ -752,17 +843,14 @@ __global__ void __launch_bounds__(kSplitThreads)
     s = work[(row * parts + threadIdx.x) * 2 + 1];
   }
   block_merge(m, s, scratch);
-  const C log_s = log ? log_(s) : C(0), inv_s = C(1) / s;
+  const ForwardOutput<S, C> output(s, log);
   const S* xr = x + row * n;
   S* yr = y + row * n;
   const int shift = row_shift<S, V, kEdges>(xr);
   const int64_t begin = part * chunk, end = min(n + shift, begin + chunk);
   for (int64_t p = begin + threadIdx.x * V; p < end; p += kSplitThreads * V) {
     const Vec<S, V> q = load_vec<S, V, kEdges>(xr, n, shift, p, N::store(C(0)));
-    store_vec<S, V, kEdges>(yr, n, shift, p, [&](int k) {
-      const C v = N::load(q.v[k]);
-      return log ? (v - m) - log_s : exp_for<S>(v - m) * inv_s;
-    });
+    store_vec<S, V, kEdges>(yr, n, shift, p, [&](int k) { return output(N::load(q.v[k]) - m); });
   }
 }
 
@@ -842,19 +930,16 @@ __global__ void __launch_bounds__(kColumnThreads)
     const C nm = max_nan(m, v);
     const bool none = nm == -INFINITY;              // nothing but -inf so far: the sum stays 0
     // 1 while the max stays, 0 while m was -inf, NaN after a NaN.
-    const C rescale = none ? C(1) : exp_for<S>(m - nm);
+    const C rescale = none ? C(1) : exp_term<S>(m - nm);
     const C kept = s * rescale;
-    const C term = (none ? C(0) : exp_for<S>(v - nm)) - lost * rescale;
+    const C term = (none ? C(0) : exp_term<S>(v - nm)) - lost * rescale;
     const C sum = kept + term;
     lost = (sum - kept) - term;
     s = sum;
     m = nm;
   }
-  const C log_s = log ? log_(s) : C(0), inv_s = C(1) / s;
-  for (int64_t j = 0; j < n; ++j) {
-    const C v = N::load(x[offset + j * inner]);
-    y[offset + j * inner] = N::store(log ? (v - m) - log_s : exp_for<S>(v - m) * inv_s);
-  }
+  const ForwardOutput<S, C> output(s, log);
+  for (int64_t j = 0; j < n; ++j) y[offset + j * inner] = N::store(output(N::load(x[offset + j * inner]) - m));
 }
 
 template <class S>
@@ -994,28 +1079,22 @@ __global__ void __launch_bounds__(kThreads)
       const Vec<S, V> v = columns_at<S, V>(tile, j * width + at.column);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        const C term = exp_for<S>(N::load(v.v[k]) - m.v[k]) - lost.v[k];
+        const C term = exp_term<S>(N::load(v.v[k]) - m.v[k]) - lost.v[k];
         const C sum = s.v[k] + term;
         lost.v[k] = (sum - s.v[k]) - term;
         s.v[k] = sum;
       }
     }
   combine_groups(s, Sum{}, partial, at);
-  Vec<C, V> log_s, inv_s;
+  ForwardOutput<S, C> output[V];
 #pragma unroll
-  for (int k = 0; k < V; ++k) {
-    log_s.v[k] = log ? log_(s.v[k]) : C(0);
-    inv_s.v[k] = C(1) / s.v[k];
-  }
+  for (int k = 0; k < V; ++k) output[k] = ForwardOutput<S, C>(s.v[k], log);
   if (at.active)
     for (int64_t j = at.group; j < n; j += at.groups) {
       const Vec<S, V> v = columns_at<S, V>(tile, j * width + at.column);
       Vec<S, V> out;
 #pragma unroll
-      for (int k = 0; k < V; ++k) {
-        const C vk = N::load(v.v[k]);
-        out.v[k] = N::store(log ? (vk - m.v[k]) - log_s.v[k] : exp_for<S>(vk - m.v[k]) * inv_s.v[k]);
-      }
+      for (int k = 0; k < V; ++k) out.v[k] = N::store(output[k](N::load(v.v[k]) - m.v[k]));
       columns_at<S, V>(y, at.offset + j * inner) = out;
     }
 }
@@ -1287,6 +1366,26 @@ inline const char* last_error() {
   return error == cudaSuccess ? nullptr : cudaGetErrorString(error);
 }
 
+// A launch of `blocks` blocks of `threads` with `shared` bytes of dynamic shared memory, as clusters of `cluster`
+// blocks; `attribute` holds the cluster's shape.
+struct ClusterLaunch {
+  cudaLaunchConfig_t config = {};
+  cudaLaunchAttribute attribute[1] = {};
+  ClusterLaunch(int64_t blocks, int threads, int cluster, int64_t shared, cudaStream_t stream) {
+    config.gridDim = dim3(static_cast<unsigned>(blocks));
+    config.blockDim = dim3(threads);
+    config.dynamicSmemBytes = static_cast<size_t>(shared);
+    config.stream = stream;
+    attribute[0].id = cudaLaunchAttributeClusterDimension;
+    attribute[0].val.clusterDim.x = cluster;
+    attribute[0].val.clusterDim.y = 1;
+    attribute[0].val.clusterDim.z = 1;
+    config.attrs = attribute;
+    config.numAttrs = 1;
+  }
+  ClusterLaunch(const ClusterLaunch&) = delete;  // config points into attribute
+};
+
 // Launches kernel over `blocks` blocks of `threads` with `shared` bytes of dynamic shared memory, as clusters of
 // `cluster` blocks when cluster > 1.
 template <class... KernelArgs, class... Args>
@@ -1297,20 +1396,45 @@ const char* launch(void (*kernel)(KernelArgs...), int64_t blocks, int threads, i
     kernel<<<static_cast<unsigned>(blocks), threads, static_cast<size_t>(shared), stream>>>(args...);
     return last_error();
   }
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(static_cast<unsigned>(blocks));
-  config.blockDim = dim3(threads);
-  config.dynamicSmemBytes = static_cast<size_t>(shared);
-  config.stream = stream;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = cluster;
-  attribute[0].val.clusterDim.y = 1;
-  attribute[0].val.clusterDim.z = 1;
-  config.attrs = attribute;
-  config.numAttrs = 1;
-  const cudaError_t error = cudaLaunchKernelEx(&config, kernel, static_cast<KernelArgs>(args)...);
+  const ClusterLaunch clusters(blocks, threads, cluster, shared, stream);
+  const cudaError_t error = cudaLaunchKernelEx(&clusters.config, kernel, static_cast<KernelArgs>(args)...);
   return error == cudaSuccess ? last_error() : cudaGetErrorString(error);
+}
+
+// The clusters a staged forward launches: one a row, except for 16-bit rows on the 16-byte grid in clusters of 4
+// blocks or more. Those take as many clusters as the GPU holds at once, each taking rows r, r + clusters, ... and
+// copying its next row's part while it writes the last (staged_forward). H100, bfloat16 softmax, ms, one cluster a
+// row -> so (results/h100-2026-11-27/staged_rows_in_turn.log): 4096 x 393216 2.379 -> 2.300 (log_softmax 2.384 ->
+// 2.255), 2048 x 327680 1.008 -> 0.974, 4096 x 262144 1.598 -> 1.553, 4096 x 131072 0.791 -> 0.775. It ran slower
+// in clusters of 2 (16384 x 65536 1.489 -> 1.534) and in one block (8192 x 32768 0.364 -> 0.410), with rows off
+// the grid (2048 x 300007, whose edge vectors are loaded, not copied: 0.893 -> 0.931), and in float32, whose parts
+// load through registers and are not copied ahead (4096 x 393216 4.815 -> 5.250).
+template <class S, class Kernel>
+int64_t staged_clusters(Kernel kernel, const Plan& plan, int64_t rows, int64_t shared) {
+  if (sizeof(S) != 2 || plan.vec != 16 / static_cast<int>(sizeof(S)) || plan.edges || plan.cluster < 4) return rows;
+  // cudaOccupancyMaxActiveClusters, for the last cluster size and shared memory asked on each device. Any count
+  // gives the same result (a cluster that has to wait for a slot still takes its rows), so a value raced over by
+  // two threads costs time at most.
+  struct Known {
+    int cluster = 0;
+    int64_t shared = 0;
+    int clusters = 0;
+  };
+  static Known known[64];
+  int device = 0;
+  cudaGetDevice(&device);
+  if (device < 0 || device >= 64) return rows;
+  Known& k = known[device];
+  if (k.cluster != plan.cluster || k.shared != shared) {
+    const ClusterLaunch one(plan.cluster, kStagedThreads, plan.cluster, shared, nullptr);
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &one.config) != cudaSuccess) {
+      cudaGetLastError();  // one a row, as before: the launch reports whatever is wrong
+      return rows;
+    }
+    k = Known{plan.cluster, shared, clusters};
+  }
+  return k.clusters > 0 ? std::min<int64_t>(rows, k.clusters) : rows;
 }
 
 // Calls fn(Kernel<S, V, E, T>) for the plan's register configuration.
@@ -1402,8 +1526,8 @@ const char* run_rows(bool log, int64_t rows, int64_t n, const void* a, const voi
           return launch(kernel, rows * plan.cluster, kStagedThreads, plan.cluster, shared, stream, pa, pb, po, n,
                         plan.part, log, plan.stage_both);
         } else {
-          return launch(kernel, rows * plan.cluster, kStagedThreads, plan.cluster, shared, stream, pa, po, n,
-                        plan.part, log);
+          return launch(kernel, staged_clusters<S>(kernel, plan, rows, shared) * plan.cluster, kStagedThreads,
+                        plan.cluster, shared, stream, pa, po, rows, n, plan.part, log);
         }
       };
       const auto by_cluster = [&](auto edges) {
