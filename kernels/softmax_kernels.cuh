@@ -578,8 +578,9 @@ __device__ __forceinline__ float staged_max(const Vec<S, V>* stage, int64_t coun
 }
 
 // Built for three blocks an SM (40 registers), which parts of up to 64 KB allow: H100, softmax, ms, built for two
-// -> three: bfloat16 4096 x 131072 0.824 -> 0.774, 16384 x 65536 1.643 -> 1.486; float32 4096 x 131072 (48
-// registers for two) 1.618 -> 1.533, 8192 x 32768 0.762 -> 0.745.
+// -> three: bfloat16 4096 x 131072 0.824 -> 0.774, 16384 x 65536 1.643 -> 1.486
+// (results/h100-2026-11-27/staged_forward_16bit_ab.log); float32 (48 registers for two) 4096 x 131072 1.615 ->
+// 1.533, 8192 x 32768 0.762 -> 0.744 (staged_forward_registers.log).
 template <class S, int V, bool kEdges, bool kCluster>
 __global__ void __launch_bounds__(kStagedThreads, 3)
     staged_forward(const S* __restrict__ x, S* __restrict__ y, int64_t rows, int64_t n, int64_t part, bool log) {
@@ -675,7 +676,7 @@ __global__ void __launch_bounds__(kStagedThreads, 3)
         if (j < next.count) copy(next, j);
     }
     // Only 16-bit rows are taken in turn (staged_clusters). Compiled as a loop, float32's one row ran slower
-    // (H100, 8192 x 50257 softmax 1.198 -> 1.493 ms).
+    // (H100, 8192 x 50257 softmax 1.198 -> 1.493 ms: results/h100-2026-11-27/staged_forward_registers.log).
     if constexpr (!kCopyAsync) break;
     now = next;
   }
