@@ -35,6 +35,7 @@
 #include <iterator>
 #include <type_traits>
 
+#include "cluster_launch.cuh"
 #include "softmax_launch.cuh"
 
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 900
@@ -1366,26 +1367,6 @@ inline const char* last_error() {
   const cudaError_t error = cudaGetLastError();
   return error == cudaSuccess ? nullptr : cudaGetErrorString(error);
 }
-
-// A launch of `blocks` blocks of `threads` with `shared` bytes of dynamic shared memory, as clusters of `cluster`
-// blocks; `attribute` holds the cluster's shape.
-struct ClusterLaunch {
-  cudaLaunchConfig_t config = {};
-  cudaLaunchAttribute attribute[1] = {};
-  ClusterLaunch(int64_t blocks, int threads, int cluster, int64_t shared, cudaStream_t stream) {
-    config.gridDim = dim3(static_cast<unsigned>(blocks));
-    config.blockDim = dim3(threads);
-    config.dynamicSmemBytes = static_cast<size_t>(shared);
-    config.stream = stream;
-    attribute[0].id = cudaLaunchAttributeClusterDimension;
-    attribute[0].val.clusterDim.x = cluster;
-    attribute[0].val.clusterDim.y = 1;
-    attribute[0].val.clusterDim.z = 1;
-    config.attrs = attribute;
-    config.numAttrs = 1;
-  }
-  ClusterLaunch(const ClusterLaunch&) = delete;  // config points into attribute
-};
 
 // Launches kernel over `blocks` blocks of `threads` with `shared` bytes of dynamic shared memory, as clusters of
 // `cluster` blocks when cluster > 1.

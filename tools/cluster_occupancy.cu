@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 #include <stdio.h>
 
+#include "../kernels/cluster_launch.cuh"
+
 __global__ void __launch_bounds__(512, 2) staged_like(float* out) {
   extern __shared__ float part[];
   part[threadIdx.x] = threadIdx.x;
@@ -25,19 +27,9 @@ int main() {
     const size_t shared = size_t(kib) * 1024;
     cudaFuncSetAttribute(staged_like, cudaFuncAttributeMaxDynamicSharedMemorySize, int(shared));
     for (int cluster = 1; cluster <= 16; cluster *= 2) {
-      cudaLaunchConfig_t config = {};
-      config.gridDim = dim3(cluster * 1024);
-      config.blockDim = dim3(512);
-      config.dynamicSmemBytes = shared;
-      cudaLaunchAttribute attribute[1];
-      attribute[0].id = cudaLaunchAttributeClusterDimension;
-      attribute[0].val.clusterDim.x = cluster;
-      attribute[0].val.clusterDim.y = 1;
-      attribute[0].val.clusterDim.z = 1;
-      config.attrs = attribute;
-      config.numAttrs = 1;
+      const activations::softmax_cuda::ClusterLaunch launch(cluster * 1024, 512, cluster, shared, nullptr);
       int clusters = 0;
-      const cudaError_t error = cudaOccupancyMaxActiveClusters(&clusters, staged_like, &config);
+      const cudaError_t error = cudaOccupancyMaxActiveClusters(&clusters, staged_like, &launch.config);
       if (error != cudaSuccess) {
         printf("part %3d KiB, cluster %2d: %s\n", kib, cluster, cudaGetErrorString(error));
         cudaGetLastError();
