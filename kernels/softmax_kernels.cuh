@@ -117,24 +117,31 @@ struct Sum {
   static __device__ __forceinline__ C identity() { return C(0); }
 };
 
-// exp(d) for d = x - max <= 0, as a term of a forward's sum of exponentials. A 16-bit row's term is one
-// ex2.approx.ftz of d log2(e) (the error of exp_for's; without .ftz ex2.approx takes four instructions, to keep
-// subnormal results): a term it flushes to 0 is below 2^-126, beside the max's term of 1.
+constexpr float kLog2e = 1.44269504088896341f;
+
+// 2^t with results below 2^-126 flushed to 0: one ex2.approx.ftz (relative error 2^-22), where ex2.approx without
+// .ftz takes four instructions to keep subnormal results.
+__device__ __forceinline__ float exp2_flushed(float t) {
+  float r;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(t));
+  return r;
+}
+
+// exp(d) for d = x - max <= 0, as a term of a forward's sum of exponentials. A 16-bit row's term is
+// exp2_flushed(d log2(e)), exp_for's error: a term it flushes to 0 is below 2^-126, beside the max's term of 1.
 template <class S, class C>
 __device__ __forceinline__ C exp_term(C d) {
   if constexpr (sizeof(S) == 2) {
-    float r;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d * 1.44269504088896341f));
-    return r;
+    return exp2_flushed(d * kLog2e);
   } else {
     return exp_(d);
   }
 }
 
 // A forward's output from d = x - max, given the sum s of exp(x - max): softmax exp(d) / s, log_softmax
-// d - log(s). A 16-bit softmax output is 2^(d log2(e) + 64) (s 2^64)^-1: one fma, one ex2.approx.ftz and one
-// product. The 2^64 keeps bfloat16's subnormal outputs (down to 2^-133), which the ex2 alone would flush, without
-// ex2's four-instruction subnormal path. The fma rounds the exponent (at most 64, and past -126 where the result
+// d - log(s). A 16-bit softmax output is 2^(d log2(e) + 64) (s 2^64)^-1: one fma, one exp2_flushed and one
+// product. The 2^64 keeps bfloat16's subnormal outputs (down to 2^-133), which exp2_flushed alone would flush,
+// without ex2's four-instruction subnormal path. The fma rounds the exponent (at most 64, and past -126 where the result
 // is 0) to within 2^-18, 2^-18.5 relative in the result.
 template <class S, class C>
 struct ForwardOutput {
@@ -145,9 +152,7 @@ struct ForwardOutput {
   __device__ __forceinline__ C operator()(C d) const {
     if (log) return d - log_s;
     if constexpr (k16Bit) {
-      float r;
-      asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(fmaf(d, 1.44269504088896341f, 64.0f)));
-      return r * scale;
+      return exp2_flushed(fmaf(d, kLog2e, 64.0f)) * scale;
     } else {
       return exp_(d) * scale;
     }
@@ -561,8 +566,8 @@ __device__ __forceinline__ Vec<S, V>* staged_vectors() {
 }
 
 // This thread's max over vectors j = threadIdx.x, + kStagedThreads, ... below count of a staged 16-bit part, NaN
-// kept: pairs compared by one packed instruction (HMNMX2 with .NAN), a quarter of the instructions of widening
-// every element first.
+// kept: pairs compared by one packed instruction (HMNMX2 with .NAN), where widening and comparing every element
+// took about eight times the instructions.
 template <class S, int V>
 __device__ __forceinline__ float staged_max(const Vec<S, V>* stage, int64_t count) {
   using Pair = std::conditional_t<std::is_same_v<S, __half>, __half2, __nv_bfloat162>;
