@@ -128,8 +128,8 @@ ACTIVATIONS_CPU_WIDE_LOOP void backward_output(int64_t n, const T* g, const T* y
 // took the softmax backward over dim 1 of 64 x 256 x 64 from 0.82x torch's to 1.11x in float32 and from 0.84x to
 // 1.06x in float64 (one thread, alternating rounds): a step there is 64 columns, 4 vectors, and a call cost about
 // 11 cycles (timed with blocks of 16 columns).
-// A step's columns go through each_column and map_elements (cpu_kernels.cpp): float16 kHalfStep elements at a time through F16C
-// (g++ vectorizes no float16 conversion), the other types element by element, vectorized. float16 used to be
+// A step's columns go through each_column and map_elements (cpu_kernels.cpp): float16 kHalfStep elements at a
+// time through F16C (g++ vectorizes no float16 conversion), the other types element by element, vectorized. float16 used to be
 // widened into float buffers for each pass and rounded out of one. Over dim 1 of 64 x 256 x 64, 2 threads,
 // alternating, ms, before -> after (torch): softmax backward 0.138-0.140 -> 0.064 (0.105-0.111), log_softmax
 // backward 0.222-0.225 -> 0.167-0.184 (0.185-0.186); softmax forward 0.200-0.205 -> 0.178-0.182 (0.245-0.279),
@@ -208,7 +208,7 @@ ACTIVATIONS_CPU_WIDE_LOOP void backward_output_columns(int64_t steps, int64_t st
                                                        const T* y, const C* sum, T* gi) {
   for (int64_t j = 0; j < steps; ++j, g += stride, y += stride, gi += stride) {
     map_elements(w, gi, [sum](int64_t i, C gk, C yk) { return kLog ? gk - exp_of(yk) * sum[i] : yk * (gk - sum[i]); },
-                g, y);
+                 g, y);
   }
 }
 

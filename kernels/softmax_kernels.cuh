@@ -141,8 +141,8 @@ __device__ __forceinline__ C exp_term(C d) {
 // A forward's output from d = x - max, given the sum s of exp(x - max): softmax exp(d) / s, log_softmax
 // d - log(s). A 16-bit softmax output is 2^(d log2(e) + 64) (s 2^64)^-1: one fma, one exp2_flushed and one
 // product. The 2^64 keeps bfloat16's subnormal outputs (down to 2^-133), which exp2_flushed alone would flush,
-// without ex2's four-instruction subnormal path. The fma rounds the exponent (at most 64, and past -126 where the result
-// is 0) to within 2^-18, 2^-18.5 relative in the result.
+// without ex2's four-instruction subnormal path. The fma rounds the exponent (at most 64, and past -126 where the
+// result is 0) to within 2^-18, 2^-18.5 relative in the result.
 template <class S, class C>
 struct ForwardOutput {
   static constexpr bool k16Bit = sizeof(S) == 2;
@@ -675,7 +675,8 @@ __global__ void __launch_bounds__(kStagedThreads, 3)
     for (int64_t j = threadIdx.x; j < last; j += kStagedThreads) {
       if (j < now.count) {
         const Vec<S, V> q = stage[j];
-        store_vec<S, V, kEdges>(yr, n, now.shift, now.begin + j * V, [&](int k) { return output(N::load(q.v[k]) - m); });
+        store_vec<S, V, kEdges>(yr, n, now.shift, now.begin + j * V,
+                                [&](int k) { return output(N::load(q.v[k]) - m); });
       }
       // The next row's vector j, copied where this row's was read: after the store that used its values.
       if constexpr (kCopyAsync)
