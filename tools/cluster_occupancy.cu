@@ -1,7 +1,8 @@
 // How many thread-block clusters of the staged softmax's shapes the GPU holds at once, and so how many of its SMs
-// they leave idle: cudaOccupancyMaxActiveClusters for a kernel with the staged kernels' launch bounds (512
-// threads, two blocks an SM) and a row part's dynamic shared memory, per cluster size. Clusters are placed within
-// a GPC: where a GPC's SMs are not a multiple of a cluster's, the rest stay idle while every row is that long.
+// they leave idle: cudaOccupancyMaxActiveClusters for a kernel with the staged backward's launch bounds (512
+// threads, two blocks an SM; the forward, built for three, differs only where parts are at most 64 KiB) and a row
+// part's dynamic shared memory, per cluster size. Clusters are placed within a GPC: where a GPC's SMs are not a
+// multiple of a cluster's, the rest stay idle while every row is that long.
 //
 //     nvcc -arch=sm_90 -o /tmp/cluster_occupancy tools/cluster_occupancy.cu && /tmp/cluster_occupancy
 #include <cuda_runtime.h>
