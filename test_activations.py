@@ -1191,16 +1191,24 @@ def test_softmax_matches_float64(name, device, n, dtype):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 @pytest.mark.parametrize("name", SOFTMAX_OPS)
 def test_softmax_cuda_clusters_take_rows_in_turn(name, dtype, n):
-    """16-bit rows staged in clusters of 4 and 8 blocks: each cluster takes rows r, r + clusters, ..., copying the
-    next row's part into shared memory while it writes the last (staged_clusters). With more rows than the GPU
-    holds clusters (an H100: about 100 of 4 blocks at 131072, 30 of 8 at 393216) and the special rows spread among
-    them, each row's max, sum and exchange must be its own."""
+    """16-bit rows staged in clusters of 4 to 16 blocks: each cluster takes rows r, r + clusters, ..., copying the
+    next row's part into shared memory while it writes the last (staged_clusters): the forward's clusters of 4 and
+    8 blocks, the backward's (y and g staged) of 8 and 16. With more rows than the GPU holds clusters (an H100:
+    about 100 forward clusters of 4 blocks at 131072, 30 of 8 at 393216; about 30 backward clusters of 8, 15 of 16)
+    and the special rows spread among them, each row's max, sums and exchanges must be its own."""
     seed = fresh_seed()
     x = softmax_rows(n, 250 if n == 131072 else 90, dtype, "cuda", seed)
     x = x[torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(seed)).to(x.device)]
+    rows = x.shape[0]
     poison_allocator("cuda", 2 * x.numel() * x.element_size())
-    y = softmax_ours(name)(x, -1)
-    check_softmax_forward(name, x, y, -1, f"{name} {dtype} {x.shape[0]}x{n} forward (seed {seed})")
+    y = softmax_ours(name)(x.requires_grad_(), -1)
+    check_softmax_forward(name, x, y, -1, f"{name} {dtype} {rows}x{n} forward (seed {seed})")
+    g = torch.randn(rows, n, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)).to(dtype).to("cuda")
+    poison_allocator("cuda", 2 * x.numel() * x.element_size())
+    (grad_input,) = torch.autograd.grad(y, x, g)
+    finite = y.detach().isfinite().all(-1)  # the backward of a NaN row is NaN: checked on the other rows
+    check_softmax_backward(name, y[finite], g[finite], grad_input[finite], -1,
+                           f"{name} {dtype} {rows}x{n} backward (seed {seed})")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)

@@ -301,9 +301,11 @@ __device__ __forceinline__ C block_reduce(C v, Op op, C* scratch) {
 // reads are in flight together, and the warp's tree combines them in the same order in every block (all blocks
 // get the same bits). Read one after another, the 16 remote reads of a 16-block cluster took about 16 times a
 // distributed-shared-memory latency per reduction, two reductions a row. The result is shared through `result`.
-// Once a kernel: the block then exits through cluster_exit_sync<true> (arriving early ran the bfloat16 backward
-// at 4096 x 393216 in 5.01 ms against 5.15, float32 as before: results/h100-2026-11-25/ab_cluster_exit.log).
-template <class C, class Op>
+// kArriveEarly: once a kernel, the block then exits through cluster_exit_sync<true> (arriving early ran the
+// bfloat16 backward at 4096 x 393216 in 5.01 ms against 5.15, float32 as before:
+// results/h100-2026-11-25/ab_cluster_exit.log). Otherwise once a row, with another slot and result for the next
+// row, as cluster_combine's slots.
+template <bool kArriveEarly = true, class C, class Op>
 __device__ __forceinline__ C cluster_reduce(C v, Op op, C* slot, C* result) {
 #if ACTIVATIONS_SOFTMAX_CLUSTERS
   cg::cluster_group cluster = cg::this_cluster();
@@ -316,7 +318,7 @@ __device__ __forceinline__ C cluster_reduce(C v, Op op, C* slot, C* result) {
     if (lane == 0) *result = r;
   }
   __syncthreads();
-  __cluster_barrier_arrive_relaxed();  // done reading the other blocks' memory: see cluster_exit_sync
+  if constexpr (kArriveEarly) __cluster_barrier_arrive_relaxed();  // done reading the others' memory
   return *result;
 #else
   __trap();
@@ -694,23 +696,21 @@ __global__ void __launch_bounds__(kStagedThreads, 3)
 // whose sum needs it alone; softmax: y) and reads the other one again in the second pass, softmax's g then from
 // L2, where the cluster's parts of it still are. With `stage_both` (the plan's: where both fit) it stages y's
 // part and g's: 16-bit ones copied by cp.async (every vector of both in flight, as the forward's), float32 ones
-// through registers.
+// through registers. Those 16-bit clusters may take several rows in turn (staged_clusters), copying the next
+// row's vectors j into shared memory once the writing pass has used this row's, as staged_forward does.
 template <class S, int V, bool kEdges, bool kCluster>
 __global__ void __launch_bounds__(kStagedThreads, 2)
-    staged_backward(const S* __restrict__ g, const S* __restrict__ y, S* __restrict__ gi, int64_t n, int64_t part,
-                    bool log, bool stage_both) {
+    staged_backward(const S* __restrict__ g, const S* __restrict__ y, S* __restrict__ gi, int64_t rows, int64_t n,
+                    int64_t part, bool log, bool stage_both) {
   using N = Num<S>;
   using C = typename N::C;
   constexpr int kUnroll = kStagedUnroll / 2;  // two operands: as many loads in flight as the forward, in 64 registers
   __shared__ C scratch[32];
-  __shared__ C slots[2];
+  __shared__ C slots[2][2];  // the exchange's slot and result, alternating between rows taken in turn
   Vec<S, V>* stage = staged_vectors<S, V>();    // the kept operand's part; y's with stage_both
   Vec<S, V>* staged_grads = stage + part / V;  // g's part, with stage_both
   unsigned rank, blocks_per_row;
   cluster_position<kCluster>(rank, blocks_per_row);
-  const int64_t offset = static_cast<int64_t>(blockIdx.x / blocks_per_row) * n;
-  const int shift = row_shift<S, V, kEdges>(g + offset);
-  const int64_t begin = rank * part, end = min(n + shift, begin + part);
   const S zero = N::store(C(0));
   struct Operands {
     Vec<S, V> g, y;
@@ -720,50 +720,98 @@ __global__ void __launch_bounds__(kStagedThreads, 2)
 #pragma unroll
     for (int k = 0; k < V; ++k) d += log ? N::load(q.g.v[k]) : N::load(q.g.v[k]) * N::load(q.y.v[k]);
   };
-  const auto store = [&](int64_t p, const Operands& q, C d) {
+  const auto store_at = [&](int64_t offset, int shift, int64_t p, const Operands& q, C d) {
     store_vec<S, V, kEdges>(gi + offset, n, shift, p, [&](int k) {
       const C gk = N::load(q.g.v[k]), yk = N::load(q.y.v[k]);
       return log ? gk - exp_for<S>(yk) * d : yk * (gk - d);
     });
   };
-  C d = 0;
   constexpr bool kCopyAsync = sizeof(S) == 2 && sizeof(Vec<S, V>) == 16;
   if (kCopyAsync && stage_both) {
-    const int64_t count = (end - begin + V - 1) / V;
-    for (int64_t j = threadIdx.x; j < count; j += kStagedThreads) {
-      const int64_t i = begin + j * V - shift;
+    const int64_t clusters = gridDim.x / blocks_per_row;  // a cluster takes rows r, r + clusters, ...
+    const bool in_turn = clusters < rows;                  // the same in every block of the cluster
+    struct Part {  // this block's part of a row
+      int64_t offset;
+      int shift;
+      int64_t begin, end, count;  // grid positions [begin, end), `count` vectors (none where past the row's end)
+    };
+    const auto part_of = [&](int64_t row) {
+      Part p;
+      p.offset = row * n;
+      p.shift = row_shift<S, V, kEdges>(g + p.offset);
+      p.begin = rank * part;
+      p.end = min(n + p.shift, p.begin + part);
+      p.count = p.end > p.begin ? (p.end - p.begin + V - 1) / V : 0;
+      return p;
+    };
+    // Vector j of the part of y and of g into shared memory; every thread reads back only the vectors it copied.
+    const auto copy = [&](const Part& p, int64_t j) {
+      const int64_t i = p.begin + j * V - p.shift;
       if (!kEdges || (i >= 0 && i + V <= n)) {
-        copy16_async(&stage[j], y + offset + i);
-        copy16_async(&staged_grads[j], g + offset + i);
+        copy16_async(&stage[j], y + p.offset + i);
+        copy16_async(&staged_grads[j], g + p.offset + i);
       } else {
-        stage[j] = load_vec<S, V, kEdges>(y + offset, n, shift, begin + j * V, zero);
-        staged_grads[j] = load_vec<S, V, kEdges>(g + offset, n, shift, begin + j * V, zero);
+        stage[j] = load_vec<S, V, kEdges>(y + p.offset, n, p.shift, p.begin + j * V, zero);
+        staged_grads[j] = load_vec<S, V, kEdges>(g + p.offset, n, p.shift, p.begin + j * V, zero);
+      }
+    };
+    int64_t row = blockIdx.x / blocks_per_row;
+    Part now = part_of(row);
+    for (int64_t j = threadIdx.x; j < now.count; j += kStagedThreads) copy(now, j);
+    for (int parity = 0; row < rows; row += clusters, parity ^= 1) {
+      const int64_t next_row = row + clusters;
+      const Part next = next_row < rows ? part_of(next_row) : Part{0, 0, 0, 0, 0};
+      wait_async_copies();
+      C d = 0;
+      for (int64_t j = threadIdx.x; j < now.count; j += kStagedThreads) add(d, Operands{staged_grads[j], stage[j]});
+      d = block_reduce<kStagedThreads>(d, Sum{}, scratch);
+      if constexpr (kCluster) {
+        // One row a cluster: the blocks arrive at the exit barrier as soon as they have read the others' slots.
+        // Rows in turn: the slots alternate, and the last row's sync kept the other pair (see cluster_combine).
+        d = in_turn ? cluster_reduce<false>(d, Sum{}, &slots[parity][0], &slots[parity][1])
+                    : cluster_reduce<true>(d, Sum{}, &slots[0][0], &slots[0][1]);
+      }
+      const int64_t last = max(now.count, next.count);
+      for (int64_t j = threadIdx.x; j < last; j += kStagedThreads) {
+        if (j < now.count) store_at(now.offset, now.shift, now.begin + j * V, Operands{staged_grads[j], stage[j]}, d);
+        if (j < next.count) copy(next, j);  // after the store that used this row's vector j
+      }
+      now = next;
+    }
+    if constexpr (kCluster) {
+      if (in_turn) {
+        cluster_exit_sync<false>();
+      } else {
+        cluster_exit_sync<true>();
       }
     }
-    wait_async_copies();
-    __syncthreads();
-    for (int64_t j = threadIdx.x; j < count; j += kStagedThreads) add(d, Operands{staged_grads[j], stage[j]});
-  } else {
-    for_each_vector<kStagedThreads, V, kUnroll>(
-        begin, end,
-        [&](int64_t p) {
-          Operands q;
-          q.g = load_vec<S, V, kEdges>(g + offset, n, shift, p, zero);
-          if (stage_both || !log) q.y = load_vec<S, V, kEdges>(y + offset, n, shift, p, zero);
-          return q;
-        },
-        [&](int64_t p, const Operands& q) {
-          const int64_t j = (p - begin) / V;
-          if (stage_both) {
-            stage[j] = q.y;
-            staged_grads[j] = q.g;
-          } else {
-            stage[j] = log ? q.g : q.y;
-          }
-          add(d, q);
-        });
+    return;
   }
-  d = RowReduce<kStagedThreads, kCluster>::run(d, Sum{}, scratch, &slots[0], &slots[1]);
+  // One row a block or cluster, as the grid gives them.
+  const int64_t offset = static_cast<int64_t>(blockIdx.x / blocks_per_row) * n;
+  const int shift = row_shift<S, V, kEdges>(g + offset);
+  const int64_t begin = rank * part, end = min(n + shift, begin + part);
+  const auto store = [&](int64_t p, const Operands& q, C d) { store_at(offset, shift, p, q, d); };
+  C d = 0;
+  for_each_vector<kStagedThreads, V, kUnroll>(
+      begin, end,
+      [&](int64_t p) {
+        Operands q;
+        q.g = load_vec<S, V, kEdges>(g + offset, n, shift, p, zero);
+        if (stage_both || !log) q.y = load_vec<S, V, kEdges>(y + offset, n, shift, p, zero);
+        return q;
+      },
+      [&](int64_t p, const Operands& q) {
+        const int64_t j = (p - begin) / V;
+        if (stage_both) {
+          stage[j] = q.y;
+          staged_grads[j] = q.g;
+        } else {
+          stage[j] = log ? q.g : q.y;
+        }
+        add(d, q);
+      });
+  d = RowReduce<kStagedThreads, kCluster>::run(d, Sum{}, scratch, &slots[0][0], &slots[0][1]);
   // Two loops, each as it ran fastest: with both staged, both shared-memory reads in the first lambda; with one,
   // the global read there and the staged operand's read beside its use (the float32 log_softmax backward ran 6-7 %
   // slower with both reads first, at 8192 x 32768 and 4096 x 131072 ... 393216).
@@ -1341,11 +1389,13 @@ Plan plan_rows(bool backward, bool log, int64_t rows, int64_t n, const void* a, 
       // A 16-bit row whose two operands fit one block's shared memory, all of it, is staged there, one block an SM
       // and no cluster (H100, bfloat16 backward: softmax at 8192 x 50257 0.85 ms against 1.20 in clusters of 2
       // blocks of half the size, 8192 x 32768 0.53 against 0.58; log_softmax, which otherwise stages g alone in
-      // one block, 0.85 against 1.03 and 0.53 against 0.61). Longer softmax rows take the fewest blocks that fit
-      // two to an SM (bfloat16 4096 x 393216: 4.02 ms in 16 blocks against 5.01 staging y alone in 8); longer
-      // log_softmax rows stage g alone (4096 x 393216: 3.87 ms in 8 blocks, 4.05 with both in 16).
+      // one block, 0.85 against 1.03 and 0.53 against 0.61). Longer rows take the fewest blocks that fit two to an
+      // SM: softmax's (bfloat16 4096 x 393216: 4.02 ms in 16 blocks against 5.01 staging y alone in 8), and
+      // 16-bit log_softmax's since their clusters take rows in turn (staged_clusters; bfloat16, g alone -> both:
+      // 4096 x 393216 3.92 -> 3.65 ms, 4096 x 131072 1.30 -> 1.21, 16384 x 65536 2.50 -> 2.40, 2048 x 300007 2.09
+      // -> 1.60; results/h100-2026-11-27/ab_backward.log). float32 log_softmax rows stage g alone.
       if (sizeof(S) == 2 && fits_staged(1, shared_limit, true)) return staged(1, true);
-      if (!log) {
+      if (!log || sizeof(S) == 2) {
         for (int c = 1; c <= most; ++c)
           if (staged_cluster_size(c) && fits_staged(c, limit, true)) return staged(c, true);
       }
@@ -1389,7 +1439,7 @@ const char* launch(void (*kernel)(KernelArgs...), int64_t blocks, int threads, i
   return error == cudaSuccess ? last_error() : cudaGetErrorString(error);
 }
 
-// The clusters a staged forward launches: one a row, except for 16-bit rows on the 16-byte grid in clusters of 4
+// The clusters a staged kernel launches: one a row, except for 16-bit rows on the 16-byte grid in clusters of 4
 // blocks or more. Those take as many clusters as the GPU holds at once, each taking rows r, r + clusters, ... and
 // copying its next row's part while it writes the last (staged_forward). H100, bfloat16 softmax, ms, one cluster a
 // row -> so (results/h100-2026-11-27/staged_rows_in_turn.log): 4096 x 393216 2.379 -> 2.300 (log_softmax 2.384 ->
@@ -1397,13 +1447,19 @@ const char* launch(void (*kernel)(KernelArgs...), int64_t blocks, int threads, i
 // in clusters of 2 (16384 x 65536 1.489 -> 1.534) and in one block (8192 x 32768 0.364 -> 0.410), with rows off
 // the grid (2048 x 300007, whose edge vectors are loaded, not copied: 0.893 -> 0.931), and in float32, whose parts
 // load through registers and are not copied ahead (4096 x 393216 4.815 -> 5.250).
+// A 16-bit backward with y and g staged takes rows in turn likewise in clusters of 8 or 16 blocks (staged_backward).
+// H100, bfloat16 softmax backward, ms, one cluster a row -> so (results/h100-2026-11-27/ab_backward.log): 4096 x
+// 393216 3.99 -> 3.65, 2048 x 327680 1.665 -> 1.540, 1000 x 393216 0.984 -> 0.902, 4096 x 131072 1.230 -> 1.214; in
+// clusters of 4 it ran slower (16384 x 65536 2.348 -> 2.391).
 template <class S, class Kernel>
-int64_t staged_clusters(Kernel kernel, const Plan& plan, int64_t rows, int64_t shared) {
-  if (sizeof(S) != 2 || plan.vec != 16 / static_cast<int>(sizeof(S)) || plan.edges || plan.cluster < 4) return rows;
-  // cudaOccupancyMaxActiveClusters, for the last cluster size and shared memory asked on each device. Any count
-  // gives the same result (a cluster that has to wait for a slot still takes its rows), so a value raced over by
-  // two threads costs time at most.
+int64_t staged_clusters(Kernel kernel, const Plan& plan, bool backward, int64_t rows, int64_t shared) {
+  if (sizeof(S) != 2 || plan.vec != 16 / static_cast<int>(sizeof(S)) || plan.edges) return rows;
+  if (backward ? !plan.stage_both || plan.cluster < 8 : plan.cluster < 4) return rows;
+  // cudaOccupancyMaxActiveClusters, for the last kernel, cluster size and shared memory asked on each device. Any
+  // count gives the same result (a cluster that has to wait for a slot still takes its rows), so a value raced over
+  // by two threads costs time at most.
   struct Known {
+    Kernel kernel = nullptr;
     int cluster = 0;
     int64_t shared = 0;
     int clusters = 0;
@@ -1413,14 +1469,14 @@ int64_t staged_clusters(Kernel kernel, const Plan& plan, int64_t rows, int64_t s
   cudaGetDevice(&device);
   if (device < 0 || device >= 64) return rows;
   Known& k = known[device];
-  if (k.cluster != plan.cluster || k.shared != shared) {
+  if (k.kernel != kernel || k.cluster != plan.cluster || k.shared != shared) {
     const ClusterLaunch one(plan.cluster, kStagedThreads, plan.cluster, shared, nullptr);
     int clusters = 0;
     if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &one.config) != cudaSuccess) {
       cudaGetLastError();  // one a row, as before: the launch reports whatever is wrong
       return rows;
     }
-    k = Known{plan.cluster, shared, clusters};
+    k = Known{kernel, plan.cluster, shared, clusters};
   }
   return k.clusters > 0 ? std::min<int64_t>(rows, k.clusters) : rows;
 }
@@ -1510,12 +1566,12 @@ const char* run_rows(bool log, int64_t rows, int64_t n, const void* a, const voi
     } else if (plan.path == Path::Staged) {
       const auto staged = [&](auto kernel) {
         const int64_t shared = plan.part * static_cast<int64_t>(sizeof(S)) * (plan.stage_both ? 2 : 1);
+        const int64_t blocks = staged_clusters<S>(kernel, plan, kBackward, rows, shared) * plan.cluster;
         if constexpr (kBackward) {
-          return launch(kernel, rows * plan.cluster, kStagedThreads, plan.cluster, shared, stream, pa, pb, po, n,
-                        plan.part, log, plan.stage_both);
+          return launch(kernel, blocks, kStagedThreads, plan.cluster, shared, stream, pa, pb, po, rows, n, plan.part,
+                        log, plan.stage_both);
         } else {
-          return launch(kernel, staged_clusters<S>(kernel, plan, rows, shared) * plan.cluster, kStagedThreads,
-                        plan.cluster, shared, stream, pa, po, rows, n, plan.part, log);
+          return launch(kernel, blocks, kStagedThreads, plan.cluster, shared, stream, pa, po, rows, n, plan.part, log);
         }
       };
       const auto by_cluster = [&](auto edges) {
