@@ -696,8 +696,9 @@ __global__ void __launch_bounds__(kStagedThreads, 3)
 // whose sum needs it alone; softmax: y) and reads the other one again in the second pass, softmax's g then from
 // L2, where the cluster's parts of it still are. With `stage_both` (the plan's: where both fit) it stages y's
 // part and g's: 16-bit ones copied by cp.async (every vector of both in flight, as the forward's), float32 ones
-// through registers. Those 16-bit clusters may take several rows in turn (staged_clusters), copying the next
-// row's vectors j into shared memory once the writing pass has used this row's, as staged_forward does.
+// through registers. Such clusters may take several rows in turn (staged_clusters: 16-bit ones of 8 or 16 blocks,
+// float32 ones of parts that take a whole SM), copying the next row's vectors j into shared memory by cp.async once
+// the writing pass has used this row's, as staged_forward does.
 template <class S, int V, bool kEdges, bool kCluster>
 __global__ void __launch_bounds__(kStagedThreads, 2)
     staged_backward(const S* __restrict__ g, const S* __restrict__ y, S* __restrict__ gi, int64_t rows, int64_t n,
@@ -726,10 +727,12 @@ __global__ void __launch_bounds__(kStagedThreads, 2)
       return log ? gk - exp_for<S>(yk) * d : yk * (gk - d);
     });
   };
-  constexpr bool kCopyAsync = sizeof(S) == 2 && sizeof(Vec<S, V>) == 16;
-  if (kCopyAsync && stage_both) {
-    const int64_t clusters = gridDim.x / blocks_per_row;  // a cluster takes rows r, r + clusters, ...
-    const bool in_turn = clusters < rows;                  // the same in every block of the cluster
+  // 16-bit parts are copied by cp.async, one row a cluster or several; float32 ones where rows are taken in turn
+  // (staged_clusters: parts of a whole SM), and otherwise loaded through registers.
+  constexpr bool kCopyAsync = sizeof(Vec<S, V>) == 16 && sizeof(S) <= 4;
+  const int64_t clusters = gridDim.x / blocks_per_row;  // a cluster takes rows r, r + clusters, ...
+  const bool in_turn = clusters < rows;                  // the same in every block of the cluster
+  if (kCopyAsync && stage_both && (sizeof(S) == 2 || in_turn)) {
     struct Part {  // this block's part of a row
       int64_t offset;
       int shift;
@@ -1398,6 +1401,16 @@ Plan plan_rows(bool backward, bool log, int64_t rows, int64_t n, const void* a, 
       if (!log || sizeof(S) == 2) {
         for (int c = 1; c <= most; ++c)
           if (staged_cluster_size(c) && fits_staged(c, limit, true)) return staged(c, true);
+        // A float32 softmax row whose y alone would take parts over 64 KB in the largest cluster, but whose y and g
+        // fit it at one block an SM, stages both so, on the 16-byte grid and with more rows than such clusters
+        // fit the GPU: its clusters then take rows in turn (staged_clusters). H100, ms, staging y alone -> both
+        // in turn: 4096 x 393216 8.79 -> 7.65, 2048 x 327680 3.44 -> 3.23, 1000 x 393216 2.14 -> 1.87; with y's
+        // parts of 64 KB it ran slower (4096 x 262144 4.99 -> 5.59), and both at one block an SM without rows in
+        // turn slower everywhere (4096 x 393216 8.62, 4096 x 262144 6.19; results/h100-2026-11-27/
+        // ab_f32_backward.log).
+        if (sizeof(S) == 4 && plan.vec == 4 && !plan.edges && rows * most > device.sms &&
+            !fits_staged(most, 64 * 1024, false) && fits_staged(most, shared_limit, true))
+          return staged(most, true);
       }
     }
     for (int c = 1; c <= most; ++c)
@@ -1450,11 +1463,15 @@ const char* launch(void (*kernel)(KernelArgs...), int64_t blocks, int threads, i
 // A 16-bit backward with y and g staged takes rows in turn likewise in clusters of 8 or 16 blocks (staged_backward).
 // H100, bfloat16 softmax backward, ms, one cluster a row -> so (results/h100-2026-11-27/ab_backward.log): 4096 x
 // 393216 3.99 -> 3.65, 2048 x 327680 1.665 -> 1.540, 1000 x 393216 0.984 -> 0.902, 4096 x 131072 1.230 -> 1.214; in
-// clusters of 4 it ran slower (16384 x 65536 2.348 -> 2.391).
+// clusters of 4 it ran slower (16384 x 65536 2.348 -> 2.391). So does a float32 softmax backward whose y and g take
+// parts of a whole SM (plan_rows); at two blocks an SM rows in turn ran float32 slower (4096 x 131072 2.32 -> 2.58,
+// 16384 x 65536 4.48 -> 4.89; results/h100-2026-11-27/ab_f32_backward.log).
 template <class S, class Kernel>
 int64_t staged_clusters(Kernel kernel, const Plan& plan, bool backward, int64_t rows, int64_t shared) {
-  if (sizeof(S) != 2 || plan.vec != 16 / static_cast<int>(sizeof(S)) || plan.edges) return rows;
-  if (backward ? !plan.stage_both || plan.cluster < 8 : plan.cluster < 4) return rows;
+  if (plan.vec != 16 / static_cast<int>(sizeof(S)) || plan.edges) return rows;
+  if (sizeof(S) == 4 && !(backward && plan.stage_both && shared > kStagedBytes)) return rows;
+  if (sizeof(S) == 2 && (backward ? !plan.stage_both || plan.cluster < 8 : plan.cluster < 4)) return rows;
+  if (sizeof(S) > 4) return rows;
   // cudaOccupancyMaxActiveClusters, for the last kernel, cluster size and shared memory asked on each device. Any
   // count gives the same result (a cluster that has to wait for a slot still takes its rows), so a value raced over
   // by two threads costs time at most.
