@@ -27,8 +27,10 @@ of torch's function:
 It then prints the peak memory of a step (as timed, and inside a network, where the gradient reaching the layer is
 a temporary) and what the autograd graph keeps, the wall-clock cost of one call at 1024 elements (the --overhead
 section) and the vmap section. Without a GPU it runs a small CPU benchmark instead (2^22 elements, float32,
-bfloat16, float16 and float64, torch.compile only with --compile), each cell in three rounds that alternate ours and
-torch's, with glibc's malloc told to keep freed memory (keep_freed_memory) so that no call pays page faults.
+bfloat16, float16 and float64, torch.compile only with --compile), each cell in three rounds whose samples alternate
+ours and torch's (a slow spell of the memory falls on both alike), with glibc's malloc told to keep freed memory
+(keep_freed_memory) so that no call pays page faults, and then an A/A control: torch's forwards timed against
+themselves the same way, whose spread says how far from 1.0x a cell reads with no difference in speed.
 
 Times are medians of --reps samples (default 20) after a warm-up; on the GPU each sample is a pair of CUDA events,
 and calls shorter than about a millisecond are batched into one sample. GB/s counts the bytes a pass must move (see
@@ -287,10 +289,7 @@ def time_ms(fn, device, reps, graph=False):
     next one. That is the kernels' own time, what a size sweep compares; at 2^20-2^23 elements a call's host side
     (Python, dispatch, launch: 7-20 us on the H100 machine) outlasts its kernel (2-25 us), so plain back-to-back
     calls time the host. --overhead measures the host side."""
-    for _ in range(WARMUP):
-        fn()
-    (once,) = sample_ms(fn, device, 1, 1)
-    calls = max(1, min(MAX_GRAPH_CALLS if graph else MAX_BATCH, math.ceil(MIN_SAMPLE_MS / max(once, 1e-6))))
+    calls = calls_per_sample(fn, device, graph)
     if not graph:
         return statistics.median(sample_ms(fn, device, calls, reps))
     captured = torch.cuda.CUDAGraph()
@@ -303,14 +302,44 @@ def time_ms(fn, device, reps, graph=False):
     return statistics.median(samples) / calls
 
 
+def calls_per_sample(fn, device, graph=False):
+    """After warm-up calls (compilation, allocator, caches): how many back-to-back calls make a sample of at least
+    MIN_SAMPLE_MS."""
+    for _ in range(WARMUP):
+        fn()
+    (once,) = sample_ms(fn, device, 1, 1)
+    return max(1, min(MAX_GRAPH_CALLS if graph else MAX_BATCH, math.ceil(MIN_SAMPLE_MS / max(once, 1e-6))))
+
+
+def interleaved_ms(fns, device, reps):
+    """{name: median ms per call}: reps samples of each callable, taken in turn, the order reversed from one
+    sample to the next, so that a slow spell of the machine falls into every callable's samples alike."""
+    calls = {name: calls_per_sample(fn, device) for name, fn in fns.items()}
+    samples = {name: [] for name in fns}
+    for sample in range(reps):
+        for name in list(fns) if sample % 2 == 0 else list(fns)[::-1]:
+            samples[name] += sample_ms(fns[name], device, calls[name], 1)
+    return {name: statistics.median(times) for name, times in samples.items()}
+
+
 def best_of_rounds(fns, device, reps, rounds):
-    """{name: ms} for a dict of callables: `rounds` rounds that alternate their order, each timing every one
-    (time_ms, a median), the best round of each. A slow spell of the machine then costs one round of each
-    implementation rather than all of one (see GRAPH_ROUNDS)."""
+    """{name: ms} for a dict of callables: `rounds` rounds, the best round of each. A slow spell of the machine
+    then costs one round of each implementation rather than all of one (see GRAPH_ROUNDS).
+
+    On the GPU a round times every callable in turn (time_ms, a median), the order alternating from round to round.
+    On the CPU a round takes the callables' samples in turn (interleaved_ms): there the memory rate moved 2-3x
+    within seconds, and with one side's 20 samples and then the other's the same float32 hardtanh forward (2^22
+    elements) read 0.48x and 0.97x torch's in two runs a minute apart, which samples in turn put at 1.00x and
+    1.16x."""
     best = {}
     for round_ in range(rounds):
-        for name in list(fns) if round_ % 2 == 0 else list(fns)[::-1]:
-            best[name] = min(time_ms(fns[name], device, reps), best.get(name, math.inf))
+        order = list(fns) if round_ % 2 == 0 else list(fns)[::-1]
+        if device.type == "cpu":
+            times = interleaved_ms({name: fns[name] for name in order}, device, reps)
+        else:
+            times = {name: time_ms(fns[name], device, reps) for name in order}
+        for name, ms in times.items():
+            best[name] = min(ms, best.get(name, math.inf))
     return best
 
 
@@ -482,33 +511,48 @@ def run_cell(record, row, impls, x, g, device, reps, copy_rate, graphs=False):
         copy_rate = size_copy_gbps(numel * itemsize, device, reps, graph)
     reference = make_pass(row.reference, x, g, direction)()
     best = {}  # impl -> [ms, plain-calls ms]
-    # The CPU's cells take rounds too: one round of each side read 0.47-1.10x for the same float32 ReLU forward
-    # from run to run (a slow spell, or where the allocator put the output).
-    for round_ in range(GRAPH_ROUNDS if graph or device.type == "cpu" else 1):
-        for impl, fn in impls.items() if round_ % 2 == 0 else reversed(impls.items()):
-            if round_ and impl not in best:
-                continue  # it failed in the first round (torch.compile)
+    if device.type == "cpu":
+        # The CPU's cells take rounds too, and their samples in turn (best_of_rounds): one round of each side read
+        # 0.47-1.10x for the same float32 ReLU forward from run to run (a slow spell of the memory).
+        runs = {}
+        for impl, fn in impls.items():
             try:
-                run = make_pass(fn, x, g, direction)
-                # torch's own op is the reference; a KernelBench expression is not checked (in 16-bit its
-                # intermediate roundings differ from the op's by more than the tolerance).
-                if round_ == 0 and impl != "torch":
-                    check_close(run(), reference, f"{impl} {row.name} {record['dtype']} {direction}")
-                times = [time_ms(run, device, reps, graph), time_ms(run, device, reps) if graph else None]
-                if round_ == 0 and direction == "step" and device.type == "cuda":
-                    for what, nbytes in step_memory(fn, x, g, device).items():
-                        record[f"{impl}_{what}_bytes"] = nbytes
-            except Exception as error:  # torch.compile may fail on a given torch/GPU: a note, not the end of the run
+                runs[impl] = make_pass(fn, x, g, direction)
+                if impl != "torch":  # as below: torch's own op is the reference
+                    check_close(runs[impl](), reference, f"{impl} {row.name} {record['dtype']} {direction}")
+            except Exception as error:  # torch.compile may fail: a note, not the end of the run
                 if impl != "compile":
                     raise
                 record["compile_error"] = error_text(error)
-                continue
-            finally:
-                run = None  # drops the backward's graph before the next implementation builds its own
-                release(device)
-            if impl in best:  # a later round: keep the better of each time
-                times = [None if t is None else min(t, kept) for t, kept in zip(times, best[impl])]
-            best[impl] = times
+                runs.pop(impl, None)
+        best = {impl: [ms, None] for impl, ms in best_of_rounds(runs, device, reps, GRAPH_ROUNDS).items()}
+        runs = None
+    else:
+        for round_ in range(GRAPH_ROUNDS if graph else 1):
+            for impl, fn in impls.items() if round_ % 2 == 0 else reversed(impls.items()):
+                if round_ and impl not in best:
+                    continue  # it failed in the first round (torch.compile)
+                try:
+                    run = make_pass(fn, x, g, direction)
+                    # torch's own op is the reference; a KernelBench expression is not checked (in 16-bit its
+                    # intermediate roundings differ from the op's by more than the tolerance).
+                    if round_ == 0 and impl != "torch":
+                        check_close(run(), reference, f"{impl} {row.name} {record['dtype']} {direction}")
+                    times = [time_ms(run, device, reps, graph), time_ms(run, device, reps) if graph else None]
+                    if round_ == 0 and direction == "step" and device.type == "cuda":
+                        for what, nbytes in step_memory(fn, x, g, device).items():
+                            record[f"{impl}_{what}_bytes"] = nbytes
+                except Exception as error:  # torch.compile may fail on a given torch/GPU: a note, not the end
+                    if impl != "compile":
+                        raise
+                    record["compile_error"] = error_text(error)
+                    continue
+                finally:
+                    run = None  # drops the backward's graph before the next implementation builds its own
+                    release(device)
+                if impl in best:  # a later round: keep the better of each time
+                    times = [None if t is None else min(t, kept) for t, kept in zip(times, best[impl])]
+                best[impl] = times
     for impl in impls:
         ms, calls_ms = best.get(impl, (None, None))
         nbytes = bytes_moved(row.saves, impl, direction, numel, itemsize)
@@ -1361,7 +1405,35 @@ def run_table(args, rows, device, name, reps, sweep):
         print(f"copy floor of this run: {floor.record['gbps']:.0f} GB/s, the best of {rounds}", flush=True)
     print_cells(cells, f"{'Sweep' if sweep else 'Benchmark'} on {name}: {size_text(shapes)} elements, {reps} samples")
     print_memory(cells)
+    if not sweep and device.type == "cpu":
+        cells += run_control(dtypes, max(shapes, key=math.prod), device, reps)
     return cells
+
+
+# torch's forwards timed against themselves on the CPU (run_control): memory-bound ones, where a cell's ratio is
+# most exposed to the machine's memory rate, and two with an exponential.
+CONTROL_OPS = ("relu", "hardtanh", "sigmoid", "silu")
+
+
+def run_control(dtypes, shape, device, reps):
+    """The CPU table's A/A control: torch's forward against itself, each timed as a cell is (best_of_rounds), in
+    every dtype of the run. Its spread is how far from 1.0x a cell's ratio can read without any difference in
+    speed; a cell inside it is not measurably slower or faster."""
+    records = []
+    rows = [row for row in table_rows(CONTROL_OPS) if not row.expression]
+    for row in rows:
+        for dtype in dtypes:
+            x = torch.randn(shape, device=device, dtype=dtype)
+            twins = {twin: make_pass(row.torch, x, None, "forward") for twin in ("torch", "twin")}
+            best = best_of_rounds(twins, device, reps, GRAPH_ROUNDS)
+            records.append({"kind": "control", "op": row.name, "dtype": dtype_name(dtype), "direction": "forward",
+                            "numel": x.numel(), "torch_ms": best["torch"], "twin_ms": best["twin"],
+                            "ratio": best["torch"] / best["twin"]})
+    ratios = sorted(r["ratio"] for r in records)
+    print(f"A/A control, torch's forward against itself timed as a cell ({', '.join(CONTROL_OPS)}; "
+          f"{len(ratios)} cells): {ratios[0]:.2f}-{ratios[-1]:.2f}x, median {statistics.median(ratios):.2f}x",
+          flush=True)
+    return records
 
 
 # ---------------------------------------------------------------------------------------------------------------
