@@ -567,6 +567,15 @@ __device__ __forceinline__ Vec<S, V>* staged_vectors() {
   return reinterpret_cast<Vec<S, V>*>(staged_memory);
 }
 
+// Block `rank`'s part of a staged row whose offset from the 16-byte grid is `shift`: grid positions [begin, end)
+// (see load_vec), `count` vectors, none where past the row's end. P: the kernel's record of a part.
+template <int V, class P>
+__device__ __forceinline__ void set_part_bounds(P& p, int64_t n, unsigned rank, int64_t part) {
+  p.begin = rank * part;
+  p.end = min(n + p.shift, p.begin + part);
+  p.count = p.end > p.begin ? (p.end - p.begin + V - 1) / V : 0;
+}
+
 // This thread's max over vectors j = threadIdx.x, + kStagedThreads, ... below count of a staged 16-bit part, NaN
 // kept: pairs compared by one packed instruction (HMNMX2 with .NAN), where widening and comparing every element
 // took about eight times the instructions.
@@ -621,9 +630,7 @@ __global__ void __launch_bounds__(kStagedThreads, 3)
     Part p;
     p.x = x + row * n;
     p.shift = row_shift<S, V, kEdges>(p.x);
-    p.begin = rank * part;
-    p.end = min(n + p.shift, p.begin + part);
-    p.count = p.end > p.begin ? (p.end - p.begin + V - 1) / V : 0;
+    set_part_bounds<V>(p, n, rank, part);
     return p;
   };
   // Vector j of a 16-bit part into shared memory; every thread reads back only the vectors it copied.
@@ -745,9 +752,7 @@ __global__ void __launch_bounds__(kStagedThreads, 2)
       Part p;
       p.offset = row * n;
       p.shift = row_shift<S, V, kEdges>(g + p.offset);
-      p.begin = rank * part;
-      p.end = min(n + p.shift, p.begin + part);
-      p.count = p.end > p.begin ? (p.end - p.begin + V - 1) / V : 0;
+      set_part_bounds<V>(p, n, rank, part);
       return p;
     };
     // Vector j of the part of y and of g into shared memory; every thread reads back only the vectors it copied.
