@@ -329,8 +329,8 @@ def best_of_rounds(fns, device, reps, rounds):
     On the GPU a round times every callable in turn (time_ms, a median), the order alternating from round to round.
     On the CPU a round takes the callables' samples in turn (interleaved_ms): there the memory rate moved 2-3x
     within seconds, and with one side's 20 samples and then the other's the same float32 hardtanh forward (2^22
-    elements) read 0.48x and 0.97x torch's in two runs a minute apart, which samples in turn put at 1.00x and
-    1.16x."""
+    elements) read 0.48x and 0.97x torch's in two runs a minute apart; with samples in turn it read 0.97-1.00x in
+    five runs (and 0.82x in one full table)."""
     best = {}
     for round_ in range(rounds):
         order = list(fns) if round_ % 2 == 0 else list(fns)[::-1]

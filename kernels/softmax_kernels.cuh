@@ -1476,10 +1476,9 @@ const char* launch(void (*kernel)(KernelArgs...), int64_t blocks, int threads, i
 // 16384 x 65536 4.48 -> 4.89; results/h100-2026-11-27/ab_f32_backward.log).
 template <class S, class Kernel>
 int64_t staged_clusters(Kernel kernel, const Plan& plan, bool backward, int64_t rows, int64_t shared) {
-  if (plan.vec != 16 / static_cast<int>(sizeof(S)) || plan.edges) return rows;
-  if (sizeof(S) == 4 && !(backward && plan.stage_both && shared > kStagedBytes)) return rows;
+  if (sizeof(S) > 4 || plan.vec != 16 / static_cast<int>(sizeof(S)) || plan.edges) return rows;
+  if (sizeof(S) == 4 && !(backward && plan.stage_both && shared > kStagedBytes)) return rows;  // a whole SM's part
   if (sizeof(S) == 2 && (backward ? !plan.stage_both || plan.cluster < 8 : plan.cluster < 4)) return rows;
-  if (sizeof(S) > 4) return rows;
   // cudaOccupancyMaxActiveClusters, for the last kernel, cluster size and shared memory asked on each device. Any
   // count gives the same result (a cluster that has to wait for a slot still takes its rows), so a value raced over
   // by two threads costs time at most.
