@@ -510,6 +510,21 @@ def run_cell(record, row, impls, x, g, device, reps, copy_rate, graphs=False):
     if copy_rate is None:
         copy_rate = size_copy_gbps(numel * itemsize, device, reps, graph)
     reference = make_pass(row.reference, x, g, direction)()
+
+    def checked_pass(impl, fn):
+        """fn's pass, checked against torch's op, the reference. A KernelBench expression (torch's side) is not
+        checked: in 16-bit its intermediate roundings differ from the op's by more than the tolerance."""
+        run = make_pass(fn, x, g, direction)
+        if impl != "torch":
+            check_close(run(), reference, f"{impl} {row.name} {record['dtype']} {direction}")
+        return run
+
+    def note_compile_error(impl, error):
+        """torch.compile may fail on a given torch and device: a note, not the end of the run. Other errors raise."""
+        if impl != "compile":
+            raise error
+        record["compile_error"] = error_text(error)
+
     best = {}  # impl -> [ms, plain-calls ms]
     if device.type == "cpu":
         # The CPU's cells take rounds too, and their samples in turn (best_of_rounds): one round of each side read
@@ -517,14 +532,9 @@ def run_cell(record, row, impls, x, g, device, reps, copy_rate, graphs=False):
         runs = {}
         for impl, fn in impls.items():
             try:
-                runs[impl] = make_pass(fn, x, g, direction)
-                if impl != "torch":  # as below: torch's own op is the reference
-                    check_close(runs[impl](), reference, f"{impl} {row.name} {record['dtype']} {direction}")
-            except Exception as error:  # torch.compile may fail: a note, not the end of the run
-                if impl != "compile":
-                    raise
-                record["compile_error"] = error_text(error)
-                runs.pop(impl, None)
+                runs[impl] = checked_pass(impl, fn)
+            except Exception as error:
+                note_compile_error(impl, error)
         best = {impl: [ms, None] for impl, ms in best_of_rounds(runs, device, reps, GRAPH_ROUNDS).items()}
         runs = None
     else:
@@ -533,19 +543,13 @@ def run_cell(record, row, impls, x, g, device, reps, copy_rate, graphs=False):
                 if round_ and impl not in best:
                     continue  # it failed in the first round (torch.compile)
                 try:
-                    run = make_pass(fn, x, g, direction)
-                    # torch's own op is the reference; a KernelBench expression is not checked (in 16-bit its
-                    # intermediate roundings differ from the op's by more than the tolerance).
-                    if round_ == 0 and impl != "torch":
-                        check_close(run(), reference, f"{impl} {row.name} {record['dtype']} {direction}")
+                    run = checked_pass(impl, fn) if round_ == 0 else make_pass(fn, x, g, direction)
                     times = [time_ms(run, device, reps, graph), time_ms(run, device, reps) if graph else None]
-                    if round_ == 0 and direction == "step" and device.type == "cuda":
+                    if round_ == 0 and direction == "step":
                         for what, nbytes in step_memory(fn, x, g, device).items():
                             record[f"{impl}_{what}_bytes"] = nbytes
-                except Exception as error:  # torch.compile may fail on a given torch/GPU: a note, not the end
-                    if impl != "compile":
-                        raise
-                    record["compile_error"] = error_text(error)
+                except Exception as error:
+                    note_compile_error(impl, error)
                     continue
                 finally:
                     run = None  # drops the backward's graph before the next implementation builds its own
