@@ -1151,6 +1151,17 @@ def check_softmax_backward(name, y, g, grad_input, dim, what):
     assert_within(grad_input, exact, bound, y.dtype, what)
 
 
+def check_softmax_rows_backward(name, x, y, seed, what):
+    """The backward over the last dim of y = op(x) at a gradient drawn from seed, output memory poisoned first,
+    within check_softmax_backward's bounds. The backward of a NaN row is NaN: checked on the other rows."""
+    g = torch.randn(x.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)).to(x.dtype)
+    g = g.to(x.device)
+    poison_allocator(x.device, 4 * x.numel() * x.element_size())
+    (grad_input,) = torch.autograd.grad(y, x, g)
+    finite = y.detach().isfinite().all(-1)
+    check_softmax_backward(name, y[finite], g[finite], grad_input[finite], -1, what)
+
+
 # Row lengths: every path of the CUDA kernels (warp, block, cluster of blocks, two passes) and every register
 # configuration (kConfigs: 256, 1024, 2048, 4096, 8192 elements) at its edges. The CPU runs the short ones (its
 # loops are the same for every length).
@@ -1178,12 +1189,7 @@ def test_softmax_matches_float64(name, device, n, dtype):
     poison_allocator(device, 4 * x.numel() * x.element_size())
     y = softmax_ours(name)(x.requires_grad_(), -1)
     check_softmax_forward(name, x, y, -1, f"{name} {dtype} {rows}x{n} forward (seed {seed})")
-    g = torch.randn(rows, n, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)).to(dtype).to(device)
-    poison_allocator(device, 4 * x.numel() * x.element_size())
-    (grad_input,) = torch.autograd.grad(y, x, g)
-    finite = y.detach().isfinite().all(-1)  # the backward of a NaN row is NaN: checked on the other rows
-    check_softmax_backward(name, y[finite], g[finite], grad_input[finite], -1,
-                           f"{name} {dtype} {rows}x{n} backward (seed {seed})")
+    check_softmax_rows_backward(name, x, y, seed, f"{name} {dtype} {rows}x{n} backward (seed {seed})")
 
 
 @requires_cuda
@@ -1205,12 +1211,7 @@ def test_softmax_cuda_clusters_take_rows_in_turn(name, dtype, n):
     poison_allocator("cuda", 2 * x.numel() * x.element_size())
     y = softmax_ours(name)(x.requires_grad_(), -1)
     check_softmax_forward(name, x, y, -1, f"{name} {dtype} {rows}x{n} forward (seed {seed})")
-    g = torch.randn(rows, n, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)).to(dtype).to("cuda")
-    poison_allocator("cuda", 2 * x.numel() * x.element_size())
-    (grad_input,) = torch.autograd.grad(y, x, g)
-    finite = y.detach().isfinite().all(-1)  # the backward of a NaN row is NaN: checked on the other rows
-    check_softmax_backward(name, y[finite], g[finite], grad_input[finite], -1,
-                           f"{name} {dtype} {rows}x{n} backward (seed {seed})")
+    check_softmax_rows_backward(name, x, y, seed, f"{name} {dtype} {rows}x{n} backward (seed {seed})")
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
