@@ -594,28 +594,19 @@ __device__ __forceinline__ float staged_max(const Vec<S, V>* stage, int64_t coun
   return max_nan(Num<S>::load(m.x), Num<S>::load(m.y));
 }
 
-// Built for three blocks an SM (40 registers), which parts of up to 64 KB allow: H100, softmax, ms, built for two
-// -> three: bfloat16 4096 x 131072 0.824 -> 0.774, 16384 x 65536 1.643 -> 1.486
-// (results/h100-2026-11-27/staged_forward_16bit_ab.log); float32 (48 registers for two) 4096 x 131072 1.615 ->
-// 1.533, 8192 x 32768 0.762 -> 0.744 (staged_forward_registers.log).
-template <class S, int V, bool kEdges, bool kCluster>
-__global__ void __launch_bounds__(kStagedThreads, 3)
-    staged_forward(const S* __restrict__ x, S* __restrict__ y, int64_t rows, int64_t n, int64_t part, bool log) {
+// One block's rows of a staged forward (see staged_forward). kCopyAsync: every whole vector of a part is copied
+// into shared memory at once by cp.async, and the cluster takes rows r, r + clusters, ... (staged_clusters),
+// copying its next row's vector j once the writing pass has used this row's. Otherwise the part loads through
+// registers, kStagedUnroll vectors in flight a thread, and the cluster takes one row.
+template <bool kCopyAsync, class S, int V, bool kEdges, bool kCluster, class C>
+__device__ __forceinline__ void staged_forward_rows(const S* __restrict__ x, S* __restrict__ y, int64_t rows,
+                                                    int64_t n, int64_t part, bool log, C* scratch, C (*slots)[4]) {
   using N = Num<S>;
-  using C = typename N::C;
-  // 16-bit rows: every whole vector of the part copied at once, without registers (cp.async), the edges by plain
-  // loads. Loaded through registers, 4 vectors a thread, a block kept only part of its part in flight: H100,
-  // bfloat16 softmax forward at 8192 x 32768 0.557 ms against 0.446, 8192 x 50257 0.904 against 0.759. float32
-  // rows load through registers: copied so, 8192 x 32768 ran 0.920 ms against 0.849 and 4096 x 393216 6.34 against
-  // 6.09 (4096 x 131072 1.73 against 1.83).
-  constexpr bool kCopyAsync = sizeof(S) == 2 && sizeof(Vec<S, V>) == 16;
   // Arriving at the cluster's barrier as soon as the exchange has read the other blocks' slots ran float32 rows
   // faster and 16-bit rows, one a cluster, slower (H100, results/h100-2026-11-25/ab_cluster_exit.log: softmax
   // 4096 x 393216 float32 5.10 -> 4.78 ms, 8192 x 50257 1.24 -> 1.20; bfloat16 4096 x 393216 2.63 -> 2.81, 4096 x
   // 131072 0.81 -> 0.83).
   constexpr bool kArriveEarly = !kCopyAsync;
-  __shared__ C scratch[32];
-  __shared__ C slots[2][4];  // the exchanges', alternating between rows (see the exchange below)
   Vec<S, V>* stage = staged_vectors<S, V>();
   unsigned rank, blocks_per_row;
   cluster_position<kCluster>(rank, blocks_per_row);
@@ -633,7 +624,7 @@ __global__ void __launch_bounds__(kStagedThreads, 3)
     set_part_bounds<V>(p, n, rank, part);
     return p;
   };
-  // Vector j of a 16-bit part into shared memory; every thread reads back only the vectors it copied.
+  // Vector j of a part into shared memory; every thread reads back only the vectors it copied.
   const auto copy = [&](const Part& p, int64_t j) {
     const int64_t i = p.begin + j * V - p.shift;
     if (!kEdges || (i >= 0 && i + V <= n)) {
@@ -652,7 +643,15 @@ __global__ void __launch_bounds__(kStagedThreads, 3)
     C m = -INFINITY;
     if constexpr (kCopyAsync) {
       wait_async_copies();
-      m = staged_max(stage, now.count);
+      if constexpr (sizeof(S) == 2) {
+        m = staged_max(stage, now.count);
+      } else {
+        for (int64_t j = threadIdx.x; j < now.count; j += kStagedThreads) {
+          const Vec<S, V> q = stage[j];
+#pragma unroll
+          for (int k = 0; k < V; ++k) m = max_nan(m, N::load(q.v[k]));
+        }
+      }
     } else {
       for_each_vector<kStagedThreads, V, kStagedUnroll>(
           now.begin, now.end, [&](int64_t p) { return load_vec<S, V, kEdges>(now.x, n, now.shift, p, fill); },
@@ -691,12 +690,44 @@ __global__ void __launch_bounds__(kStagedThreads, 3)
       if constexpr (kCopyAsync)
         if (j < next.count) copy(next, j);
     }
-    // Only 16-bit rows are taken in turn (staged_clusters). Compiled as a loop, float32's one row ran slower
-    // (H100, 8192 x 50257 softmax 1.198 -> 1.493 ms: results/h100-2026-11-27/staged_forward_registers.log).
+    // Compiled as a loop, float32's one row a cluster ran slower (H100, 8192 x 50257 softmax 1.198 -> 1.493 ms:
+    // results/h100-2026-11-27/staged_forward_registers.log).
     if constexpr (!kCopyAsync) break;
     now = next;
   }
   if constexpr (kCluster) cluster_exit_sync<kArriveEarly>();
+}
+
+// Built for three blocks an SM (40 registers), which parts of up to 64 KB allow: H100, softmax, ms, built for two
+// -> three: bfloat16 4096 x 131072 0.824 -> 0.774, 16384 x 65536 1.643 -> 1.486
+// (results/h100-2026-11-27/staged_forward_16bit_ab.log); float32 (48 registers for two) 4096 x 131072 1.615 ->
+// 1.533, 8192 x 32768 0.762 -> 0.744 (staged_forward_registers.log).
+// 16-bit rows: every whole vector of the part copied at once, without registers (cp.async), the edges by plain
+// loads. Loaded through registers, 4 vectors a thread, a block kept only part of its part in flight: H100,
+// bfloat16 softmax forward at 8192 x 32768 0.557 ms against 0.446, 8192 x 50257 0.904 against 0.759. float32 rows
+// load through registers, one a cluster (copied so, 8192 x 32768 ran 0.920 ms against 0.849 and 4096 x 393216
+// 6.34 against 6.09), except where the grid holds fewer clusters than there are rows: then they are copied, and
+// taken in turn, as 16-bit rows are (staged_clusters).
+template <class S, int V, bool kEdges, bool kCluster>
+__global__ void __launch_bounds__(kStagedThreads, 3)
+    staged_forward(const S* __restrict__ x, S* __restrict__ y, int64_t rows, int64_t n, int64_t part, bool log) {
+  using C = typename Num<S>::C;
+  __shared__ C scratch[32];
+  __shared__ C slots[2][4];  // the exchanges', alternating between rows (see the exchange)
+  constexpr bool kVectors16 = sizeof(Vec<S, V>) == 16;
+  if constexpr (sizeof(S) == 2 && kVectors16) {
+    staged_forward_rows<true, S, V, kEdges, kCluster>(x, y, rows, n, part, log, scratch, slots);
+  } else if constexpr (sizeof(S) == 4 && kVectors16) {
+    unsigned rank, blocks_per_row;
+    cluster_position<kCluster>(rank, blocks_per_row);
+    if (gridDim.x / blocks_per_row < rows) {
+      staged_forward_rows<true, S, V, kEdges, kCluster>(x, y, rows, n, part, log, scratch, slots);
+    } else {
+      staged_forward_rows<false, S, V, kEdges, kCluster>(x, y, rows, n, part, log, scratch, slots);
+    }
+  } else {
+    staged_forward_rows<false, S, V, kEdges, kCluster>(x, y, rows, n, part, log, scratch, slots);
+  }
 }
 
 // As regs_backward: one read of each operand. The block stages its part of the operand it keeps (log_softmax: g,
@@ -1460,14 +1491,21 @@ const char* launch(void (*kernel)(KernelArgs...), int64_t blocks, int threads, i
   return error == cudaSuccess ? last_error() : cudaGetErrorString(error);
 }
 
-// The clusters a staged kernel launches: one a row, except for 16-bit rows on the 16-byte grid in clusters of 4
-// blocks or more. Those take as many clusters as the GPU holds at once, each taking rows r, r + clusters, ... and
-// copying its next row's part while it writes the last (staged_forward). H100, bfloat16 softmax, ms, one cluster a
-// row -> so (results/h100-2026-11-27/staged_rows_in_turn.log): 4096 x 393216 2.379 -> 2.300 (log_softmax 2.384 ->
-// 2.255), 2048 x 327680 1.008 -> 0.974, 4096 x 262144 1.598 -> 1.553, 4096 x 131072 0.791 -> 0.775. It ran slower
-// in clusters of 2 (16384 x 65536 1.489 -> 1.534) and in one block (8192 x 32768 0.364 -> 0.410), with rows off
-// the grid (2048 x 300007, whose edge vectors are loaded, not copied: 0.893 -> 0.931), and in float32, whose parts
-// load through registers and are not copied ahead (4096 x 393216 4.815 -> 5.250).
+// The clusters a staged kernel launches: one a row, except for forwards of rows on the 16-byte grid in clusters of
+// 4 blocks or more, 16-bit ones and float32 ones whose parts are over 64 KB. Those take as many clusters as the GPU
+// holds at once, each taking rows r, r + clusters, ... and copying its next row's part while it writes the last
+// (staged_forward). H100, bfloat16 softmax, ms, one cluster a row -> so (results/h100-2026-11-27/
+// staged_rows_in_turn.log): 4096 x 393216 2.379 -> 2.300 (log_softmax 2.384 -> 2.255), 2048 x 327680 1.008 ->
+// 0.974, 4096 x 262144 1.598 -> 1.553, 4096 x 131072 0.791 -> 0.775. It ran slower in clusters of 2 (16384 x 65536
+// 1.489 -> 1.534) and in one block (8192 x 32768 0.364 -> 0.410), and with rows off the grid (2048 x 300007, whose
+// edge vectors are loaded, not copied: 0.893 -> 0.931).
+// float32 rows are copied so too where taken in turn (loaded through registers, in turn they ran slower: 4096 x
+// 393216 4.815 -> 5.250). float32, ms, one cluster a row -> in turn, copied (results/h100-2026-11-27/
+// ab_f32_forward_clusters.log): softmax 4096 x 393216 4.79 -> 4.53 (16 blocks of 96 KB), 2048 x 327680 2.14 ->
+// 1.93 (16 of 80 KB), 4096 x 200000 2.50 -> 2.31 (8 of 100 KB), 8192 x 100000 2.46 -> 2.34 (4 of 100 KB). Not
+// with parts of 64 KB, three blocks an SM (4096 x 262144 log_softmax 3.02 -> 3.06, 4096 x 131072 1.46 -> 1.52;
+// ab_f32_forward.log), in clusters of 2 (16384 x 40000 log_softmax 1.830 -> 1.849) or in one block (16384 x 24576
+// 1.09 -> 1.14).
 // A 16-bit backward with y and g staged takes rows in turn likewise in clusters of 8 or 16 blocks (staged_backward).
 // H100, bfloat16 softmax backward, ms, one cluster a row -> so (results/h100-2026-11-27/ab_backward.log): 4096 x
 // 393216 3.99 -> 3.65, 2048 x 327680 1.665 -> 1.540, 1000 x 393216 0.984 -> 0.902, 4096 x 131072 1.230 -> 1.214; in
@@ -1477,8 +1515,9 @@ const char* launch(void (*kernel)(KernelArgs...), int64_t blocks, int threads, i
 template <class S, class Kernel>
 int64_t staged_clusters(Kernel kernel, const Plan& plan, bool backward, int64_t rows, int64_t shared) {
   if (sizeof(S) > 4 || plan.vec != 16 / static_cast<int>(sizeof(S)) || plan.edges) return rows;
-  if (sizeof(S) == 4 && !(backward && plan.stage_both && shared > kStagedBytes)) return rows;  // a whole SM's part
-  if (sizeof(S) == 2 && (backward ? !plan.stage_both || plan.cluster < 8 : plan.cluster < 4)) return rows;
+  if (backward ? !plan.stage_both || (sizeof(S) == 2 ? plan.cluster < 8 : shared <= kStagedBytes)  // a whole SM's
+                : plan.cluster < 4 || (sizeof(S) == 4 && shared <= 64 * 1024))
+    return rows;
   // cudaOccupancyMaxActiveClusters, for the last kernel, cluster size and shared memory asked on each device. Any
   // count gives the same result (a cluster that has to wait for a slot still takes its rows), so a value raced over
   // by two threads costs time at most.
