@@ -80,6 +80,8 @@ class Activation:
                     ops), "input" or "output" (in place, the input is gone: a mask, else the output where the
                     functor can work from it, else a copy of the input, as torch does)
     inplace:        torch's in-place form: "flag" (f(x, inplace=True) and f_(x)), "function" (only f_(x)), None
+    bounds:         its two parameters are a lower and an upper bound: a call whose first exceeds its second
+                    raises, as torch's (hardtanh's min_val and max_val)
     kernelbench:    the KernelBench level-1 problem, if any
     """
 
@@ -92,12 +94,14 @@ class Activation:
     saves: str = "input"
     inplace: str = None
     choices: dict = dataclasses.field(default_factory=dict)
+    bounds: bool = False
     kernelbench: KernelBench = None
 
     def __post_init__(self):
         assert self.saves in ("mask", "input", "output"), self.saves
         assert self.inplace in ("flag", "function", None), self.inplace
         assert len(self.params) + len(self.constants) <= 4, "functors take at most 4 arguments"
+        assert not self.bounds or len(self.params) == 2, "bounds: a lower and an upper bound"
 
     def defaults(self):
         """The parameters' default values, in order."""
@@ -137,7 +141,7 @@ _OPS = [
     Activation("softsign", "Softsign", F.softsign, torch.nn.Softsign,
                kernelbench=KernelBench("softsign", 30, reference=lambda x: x / (1 + torch.abs(x)))),
     Activation("hardtanh", "Hardtanh", F.hardtanh, torch.nn.Hardtanh,
-               params=(Param("min_val", -1.0), Param("max_val", 1.0)), saves="mask", inplace="flag",
+               params=(Param("min_val", -1.0), Param("max_val", 1.0)), saves="mask", inplace="flag", bounds=True,
                kernelbench=KernelBench("hardtanh", 32)),
     Activation("relu6", "Hardtanh", F.relu6, torch.nn.ReLU6, constants=(0.0, 6.0), saves="mask", inplace="flag"),
     Activation("mish", "Mish", F.mish, torch.nn.Mish, inplace="flag"),
@@ -185,7 +189,7 @@ def op_table_header():
         constants = ", ".join(repr(float(c)) for c in row.constants) or "0.0"
         rows.append(
             f'    {{"{row.name}", "({arguments})", Functor::{row.functor}, Saves::{row.saves.capitalize()}, '
-            f"{str(row.inplace is not None).lower()}, {len(row.params)}, "
+            f"{str(row.inplace is not None).lower()}, {str(row.bounds).lower()}, {len(row.params)}, "
             f'{{{", ".join(json.dumps(c) for c in choices) or chr(34) * 2}}}, {len(row.constants)}, {{{constants}}}}},'
         )
     return "\n".join([
@@ -207,6 +211,7 @@ def op_table_header():
         "  Functor functor;",
         "  Saves saves;",
         "  bool inplace;",
+        "  bool bounds;              // parameters 0 and 1 are a lower and an upper bound (see Activation.bounds)",
         "  int num_params;           // the parameters after x, in order",
         "  const char* choices[2];   // per parameter: a str parameter's values joined by '|' (its index is passed)",
         "  int num_constants;        // functor arguments after the parameters",

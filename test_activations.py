@@ -1025,6 +1025,12 @@ def test_bad_parameters_give_clear_errors():
         activations.gelu(torch.randn(3), approximate="exact")
     with pytest.raises(RuntimeError, match="negative_slope must be a finite number"):
         activations.leaky_relu(torch.randn(3), float("inf"))
+    x = torch.randn(3)
+    for call in (lambda: activations.hardtanh(x, 1.0, -1.0), lambda: activations.hardtanh_(x, 1.0, -1.0),
+                 lambda: activations.hardtanh(x.requires_grad_(), 0.5, 0.25)):
+        with pytest.raises(RuntimeError, match="min_val cannot be greater than max_val"):  # as torch's
+            call()
+    assert torch.equal(activations.hardtanh(x.detach(), 0.5, 0.5), torch.full_like(x, 0.5))  # equal bounds pass
 
 
 @pytest.mark.skipif(torch.cuda.is_available() or not torch.backends.cuda.is_built() or activations.BUILD["cuda"],
