@@ -1438,8 +1438,16 @@ Plan plan_rows(bool backward, bool log, int64_t rows, int64_t n, const void* a, 
       // -> 1.60; results/h100-2026-11-27/ab_backward.log). float32 log_softmax rows stage g alone.
       if (sizeof(S) == 2 && fits_staged(1, shared_limit, true)) return staged(1, true);
       if (!log || sizeof(S) == 2) {
-        for (int c = 1; c <= most; ++c)
-          if (staged_cluster_size(c) && fits_staged(c, limit, true)) return staged(c, true);
+        for (int c = 1; c <= most; ++c) {
+          if (!staged_cluster_size(c) || !fits_staged(c, limit, true)) continue;
+          // A 16-bit row on the 16-byte grid that would take 16 such blocks takes 8 of a whole SM where they fit,
+          // its clusters taking rows in turn. H100, ms, 16 -> 8 blocks (results/h100-2026-11-27/
+          // ab_backward_16bit_whole_sm.log): bfloat16 softmax 4096 x 262144 2.53 -> 2.40, 4096 x 393216 3.64 ->
+          // 3.58, 2048 x 327680 1.54 -> 1.48, 1000 x 393216 0.90 -> 0.90; log_softmax 2.52 -> 2.41, 3.65 -> 3.58,
+          // 1.54 -> 1.50, 0.90 -> 0.90; float16 alike.
+          if (sizeof(S) == 2 && c == 16 && !plan.edges && fits_staged(8, shared_limit, true)) return staged(8, true);
+          return staged(c, true);
+        }
         // A float32 softmax row whose y alone would take parts over 64 KB in the largest cluster, but whose y and g
         // fit it at one block an SM, stages both so, on the 16-byte grid and with more rows than such clusters
         // fit the GPU: its clusters then take rows in turn (staged_clusters). H100, ms, staging y alone -> both
