@@ -734,7 +734,7 @@ __global__ void __launch_bounds__(kStagedThreads, 3)
 // whose sum needs it alone; softmax: y) and reads the other one again in the second pass, softmax's g then from
 // L2, where the cluster's parts of it still are. With `stage_both` (the plan's: where both fit) it stages y's
 // part and g's: 16-bit ones copied by cp.async (every vector of both in flight, as the forward's), float32 ones
-// through registers. Such clusters may take several rows in turn (staged_clusters: 16-bit ones of 8 or 16 blocks,
+// through registers. Such clusters may take several rows in turn (staged_clusters: 16-bit ones of 8 blocks or more,
 // float32 ones of parts that take a whole SM), copying the next row's vectors j into shared memory by cp.async once
 // the writing pass has used this row's, as staged_forward does.
 template <class S, int V, bool kEdges, bool kCluster>
@@ -1514,7 +1514,7 @@ const char* launch(void (*kernel)(KernelArgs...), int64_t blocks, int threads, i
 // with parts of 64 KB, three blocks an SM (4096 x 262144 log_softmax 3.02 -> 3.06, 4096 x 131072 1.46 -> 1.52;
 // ab_f32_forward.log), in clusters of 2 (16384 x 40000 log_softmax 1.830 -> 1.849) or in one block (16384 x 24576
 // 1.09 -> 1.14).
-// A 16-bit backward with y and g staged takes rows in turn likewise in clusters of 8 or 16 blocks (staged_backward).
+// A 16-bit backward with y and g staged takes rows in turn likewise in clusters of 8 blocks or more (staged_backward).
 // H100, bfloat16 softmax backward, ms, one cluster a row -> so (results/h100-2026-11-27/ab_backward.log): 4096 x
 // 393216 3.99 -> 3.65, 2048 x 327680 1.665 -> 1.540, 1000 x 393216 0.984 -> 0.902, 4096 x 131072 1.230 -> 1.214; in
 // clusters of 4 it ran slower (16384 x 65536 2.348 -> 2.391). So does a float32 softmax backward whose y and g take
