@@ -1208,9 +1208,8 @@ def test_softmax_cuda_clusters_take_rows_in_turn(name, dtype, n):
     and 8 blocks, the 16-bit backward's (y and g staged) of 8 (at 393216 of a whole SM each), float32's forward at
     393216 (16 blocks of 96 KB) and float32 softmax's backward there (y and g in 16 blocks of a whole SM each). With
     more rows than the GPU holds clusters (an H100: about 100 forward clusters of 4 blocks at 131072, 30 of 8 and 14
-    of 16 at 393216; about 30 backward clusters of 8, 16 of 8 whole SMs, 7 of 16 whole SMs) and the special rows
-    spread among them, each row's max, sums and exchanges must be its own. float32's other paths here take one row
-    a cluster."""
+    of 16 at 393216; about 30 backward clusters of 8 at 131072, 7 of 16 whole SMs) and the special rows spread among
+    them, each row's max, sums and exchanges must be its own. float32's other paths here take one row a cluster."""
     seed = fresh_seed()
     x = softmax_rows(n, 250 if n == 131072 else 90, dtype, "cuda", seed)
     x = x[torch.randperm(x.shape[0], generator=torch.Generator().manual_seed(seed)).to(x.device)]
