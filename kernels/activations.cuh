@@ -330,18 +330,28 @@ inline double exp(double x) {
   return x != x ? x : result;
 }
 
-// exp for x <= 0 (sigmoid's exp(-|x|)): x clamped at -746 by one unsigned minimum of its bits (a negative double's
-// bits order as its magnitude does; NaN, whose sign bit -|x| sets, takes -746 and is restored at the end). exp's
-// two minimums, one of them signed, took the same loop 0.59 -> 0.50 ns an element. With both changes the float64
-// sigmoid forward (one thread, 2^14 elements) went from 0.76 ns an element to 0.58, torch's 0.59. A max of the
-// doubles instead (vmaxpd: one instruction where AVX2, without 64-bit minimums, takes a bias, a compare and a
-// blend; the same results) ran it 0.58 -> 0.62 with AVX-512 (whose vpminuq is one instruction too) and
-// 1.25 -> 1.21 with AVX2 kernels on both sides (torch 1.13): not kept.
+// exp for x <= 0 (sigmoid's exp(-|x|)), x clamped at -746. exp's two minimums, one of them signed, took the same
+// loop 0.59 -> 0.50 ns an element; with the Taylor tail in two chains the float64 sigmoid forward (one thread, 2^14
+// elements) went from 0.76 ns an element to 0.58, torch's 0.59. The clamp takes the form that costs least with the
+// loops' instruction set (ACTIVATIONS_CPU_AVX512, activations.py); the results are the same but for a NaN's
+// payload. One thread, 2^14 elements in cache, ns an element, one form -> the other (torch):
+// - With AVX-512: one unsigned minimum of the bits (vpminuq; a negative double's bits order as its magnitude
+//   does), the NaN, whose sign bit -|x| sets, taking -746 and restored at the end. As a max of the doubles
+//   (below) the sigmoid forward ran 0.58 -> 0.61-0.63 (0.57-0.59), SiLU 0.61 -> 0.64-0.66 (0.59-0.61).
+// - With AVX2, which has no 64-bit minimums (g++ took a bias, a compare and a blend): a max of the doubles,
+//   maxpd(-746, x), which a NaN passes, and no NaN select after: sigmoid 1.22-1.27 -> 1.16-1.19 (1.10-1.15), SiLU
+//   1.29-1.33 -> 1.24-1.27 (1.14-1.19). test_avx2_build_gives_this_builds_float64_results checks that the two forms
+//   agree.
 inline double exp_nonpositive(double x) {
+#ifdef ACTIVATIONS_CPU_AVX512
   const uint64_t bits = bits_of(x), bottom = 0xc087500000000000u;  // -746.0
   const ExpParts e = exp_parts(from_bits(bits < bottom ? bits : bottom), -0.0);
   const double result = ((e.p + 1.0) * e.two_a) * e.two_b;
   return x != x ? x : result;
+#else
+  const ExpParts e = exp_parts(x < -746.0 ? -746.0 : x, -0.0);  // a NaN passes, and its result is NaN
+  return ((e.p + 1.0) * e.two_a) * e.two_b;
+#endif
 }
 
 // expm1 for x <= 0 (ELU's negative side); x > 0 and NaN give 0, as the float expm1_nonpositive.
