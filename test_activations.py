@@ -2016,6 +2016,18 @@ def test_cpu_instruction_set_flags_follow_torch(monkeypatch):
     assert activations.cpu_flags() == []
 
 
+def float64_results(x, ops):
+    """{op: (forward, backward at a gradient of ones)} of our ops at x (float64): what
+    test_avx2_build_gives_this_builds_float64_results compares across builds."""
+    out = {}
+    for name in ops:
+        xr = x.clone().requires_grad_()
+        y = getattr(activations, name)(xr)
+        (g,) = torch.autograd.grad(y, xr, torch.ones_like(y))
+        out[name] = (y.detach(), g)
+    return out
+
+
 @pytest.mark.skipif(activations.platform.machine() != "x86_64" or torch.backends.cpu.get_cpu_capability() == "DEFAULT",
                     reason="needs an x86-64 processor where torch runs AVX2 or AVX-512 kernels")
 def test_avx2_build_gives_this_builds_float64_results(tmp_path):
@@ -2026,31 +2038,20 @@ def test_avx2_build_gives_this_builds_float64_results(tmp_path):
     seed = fresh_seed()
     x = torch.cat([sample(4099, torch.float64, "cpu", seed) * scale for scale in (1.0, 30.0, 800.0)])
     ops = ["sigmoid", "silu", "softplus", "mish", "gelu", "elu"]
-    code = textwrap.dedent("""
-        import sys, torch, activations
-        x = torch.load(sys.argv[1])
-        out = {}
-        for name in sys.argv[3].split(","):
-            xr = x.clone().requires_grad_()
-            y = getattr(activations, name)(xr)
-            (g,) = torch.autograd.grad(y, xr, torch.ones_like(y))
-            out[name] = (y.detach(), g)
-        torch.save(out, sys.argv[2])
-    """)
     torch.save(x, tmp_path / "x.pt")
-    results = {}
-    for label, capability in (("this build", None), ("AVX2", "avx2")):
-        env = {**os.environ, "ACTIVATIONS_CPU_ONLY": "1"}
-        if capability:
-            env.update(ATEN_CPU_CAPABILITY=capability, ACTIVATIONS_CACHE_DIR=str(tmp_path / "cache"))
-        done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "x.pt"), str(tmp_path / f"{label}.pt"),
-                               ",".join(ops)], cwd=HERE, env=env, capture_output=True, text=True)
-        assert done.returncode == 0, done.stderr[-3000:]
-        results[label] = torch.load(tmp_path / f"{label}.pt")
-    for name in ops:
-        for what, a, b in zip(("forward", "backward"), results["this build"][name], results["AVX2"][name]):
+    code = ("import sys, torch, test_activations as t; "
+            "torch.save(t.float64_results(torch.load(sys.argv[1]), sys.argv[3].split(',')), sys.argv[2])")
+    env = {**os.environ, "ACTIVATIONS_CPU_ONLY": "1", "ATEN_CPU_CAPABILITY": "avx2",
+           "ACTIVATIONS_CACHE_DIR": str(tmp_path / "cache")}
+    done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "x.pt"), str(tmp_path / "avx2.pt"), ",".join(ops)],
+                          cwd=HERE, env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-3000:]
+    avx2 = torch.load(tmp_path / "avx2.pt")
+    for name, ours in float64_results(x, ops).items():
+        for what, a, b in zip(("forward", "backward"), ours, avx2[name]):
             same = (a.view(torch.int64) == b.view(torch.int64)) | (a.isnan() & b.isnan())
-            assert bool(same.all()), f"{name} {what} (seed {seed}): {int((~same).sum())} results differ, e.g. at {x[~same][:4]}"
+            assert bool(same.all()), (f"{name} {what} (seed {seed}): {int((~same).sum())} results differ, "
+                                      f"e.g. at {x[~same][:4]}")
 
 
 def test_corrupted_or_truncated_library_is_rebuilt(tmp_path):
