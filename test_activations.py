@@ -1244,9 +1244,11 @@ def test_softmax_over_a_leading_dim_matches_float64(name, device, dtype):
 # (inner 100), tiles halved until one fills a block's shared memory (n 4000), and, by default, the columns kernels
 # for columns too long for any tile (n 20000), too short (n 8) or too few (inner 3). Each is also run with the
 # path forced (ACTIVATIONS_SOFTMAX_PLAN): the columns kernels everywhere, tiles of 8 and 64 columns wherever they fit.
-# The 16-bit forward's tiles take two columns a thread where inner and the width are even and both operands are
-# 4-byte aligned, else one: inner 9 (odd), "tiles,11" (an odd width of an even inner) and "misaligned" (the input
-# and the gradient at an odd element offset: over 32 or more columns, the columns kernel) take one.
+# Tiles are copied in 16-byte chunks where inner and the width are multiples of 16 bytes and every operand is
+# 16-byte aligned (inner 8, 24 and 64 in every dtype, 100 in float32 and float64); else the 16-bit forward's in
+# chunks of two columns where inner and the width are even and both operands 4-byte aligned (inner 100), else of
+# one: inner 9 (odd), "tiles,11" (an odd width of an even inner) and "misaligned" (the input and the gradient at an
+# odd element offset: a 16-bit forward over 32 or more columns takes the columns kernel).
 SOFTMAX_COLUMN_SHAPES = [(2, 600, 8), (3, 1000, 24), (2, 1025, 100), (1, 4000, 64), (1, 20000, 16), (64, 8, 100),
                          (5, 700, 3), (2, 600, 9)]
 
@@ -1967,12 +1969,15 @@ def test_compute_sanitizer_memcheck_is_clean(tmp_path):
                     for name in activations.REDUCTIONS:
                         y = getattr(activations, name)(x.requires_grad_(), -1)
                         torch.autograd.grad(y, x, torch.randn_like(y))
-            # Columns: in tiles (the last one narrower at inner 100) and by the columns kernels (n 9).
+            # Columns: in tiles (the last one narrower at inner 100; copied in 16-byte chunks, and off the 16-byte
+            # grid in narrower ones) and by the columns kernels (n 9).
             for shape in ((2, 600, 8), (2, 700, 100), (3, 9, 5)):
-                x = torch.randn(shape, device="cuda", dtype=dtype)
-                for name in activations.REDUCTIONS:
-                    y = getattr(activations, name)(x.requires_grad_(), 1)
-                    torch.autograd.grad(y, x, torch.randn_like(y))
+                for offset in (0, 1):
+                    numel = shape[0] * shape[1] * shape[2]
+                    x = torch.randn(numel + offset, device="cuda", dtype=dtype)[offset:].view(shape)
+                    for name in activations.REDUCTIONS:
+                        y = getattr(activations, name)(x.requires_grad_(), 1)
+                        torch.autograd.grad(y, x, torch.randn_like(y))
         torch.cuda.synchronize()
         print("sanitized")
     """)

@@ -1085,9 +1085,9 @@ constexpr int kTileMinWidth = 8;  // at most kThreads / 8 groups' partials to co
 constexpr int64_t kTileMinRows = 512;
 constexpr int64_t kTileBytes = 72 * 1024;  // three blocks in an H100 SM's 228 KB
 
-// A thread's place in a tile: V neighbouring columns (V = 2 for the 16-bit forwards where the columns allow it: one
-// 4-byte access where two 2-byte ones were, see two_columns_a_thread), `lane` of the `lanes` threads across the
-// tile's width.
+// A thread's place in a tile: V neighbouring columns, `lane` of the `lanes` threads across the tile's width, rows
+// group, group + groups, ... A tile's copies and its reductions place threads each their own way (see
+// tiles_forward).
 struct TilePosition {
   int64_t offset;   // of this thread's first column's element 0
   int column, lane, lanes, group, groups;
@@ -1150,24 +1150,62 @@ __device__ __forceinline__ const Vec<S, V>& columns_at(const S* base, int64_t in
   return *reinterpret_cast<const Vec<S, V>*>(base + index);
 }
 
-template <class S, int kThreads, int V>
+// Copies the tile's columns of `source` ([outer, n, inner]) into `tile` (n rows of width), kChunk columns a copy
+// (at.lanes copies across a row). 16-byte chunks go by cp.async, which keeps the whole tile in flight at once;
+// narrower ones through registers, kTileUnroll loads in flight a thread. tile_copied() then waits for the block's.
+template <class S, int kChunk>
+__device__ __forceinline__ void copy_tile(S* tile, const S* source, const TilePosition& at, int64_t n, int64_t inner,
+                                          int width) {
+  if (!at.active) return;
+  if constexpr (kChunk * sizeof(S) == 16) {
+    for (int64_t j = at.group; j < n; j += at.groups)
+      copy16_async(tile + j * width + at.column, source + at.offset + j * inner);
+  } else {
+    for_each_strided<kTileUnroll>(
+        at.group, n, at.groups, [&](int64_t j) { return columns_at<S, kChunk>(source, at.offset + j * inner); },
+        [&](int64_t j, const Vec<S, kChunk>& v) { columns_at<S, kChunk>(tile + at.column, j * width) = v; });
+  }
+}
+__device__ __forceinline__ void tile_copied() {
+  wait_async_copies();
+  __syncthreads();
+}
+
+// Columns a thread in a tile's reductions: two for the 16-bit types where its copies are at least that wide (one
+// 4-byte access where two 2-byte ones were; results/h100-2026-11-27/tile_columns.log: bfloat16 softmax forward over
+// dim 1 of 1024^3 2.49 ms against 4.54), else one.
+template <class S, int kChunk>
+constexpr int kReducedColumns = sizeof(S) == 2 && kChunk >= 2 ? 2 : 1;
+
+// The forward in tiles: the tile is copied in kChunk-column chunks (copy_tile), the column's max and compensated
+// sum are taken from shared memory by threads of V columns (combine_groups), and the output written in chunks
+// again: 16-byte chunks where the columns allow them (tile_chunk). Where a chunk is V columns, a thread writes the
+// columns it reduced; otherwise the maxima and sums pass through `partial`.
+// Why 16-byte chunks: a column's 4-byte loads kept 16 KB of a block's tile in flight (512 threads x 8), and over dim
+// 1 of 1024^3 the float32 forward ran 3.76 ms, 75 % of the floor, where copying the same tiles (1024 rows of 64
+// bytes, three blocks an SM) by cp.async ran at 93 % of a plain copy (tools/tile_copy_bandwidth.cu,
+// results/h100-2026-11-27/tile_copy_4096.log). Chunked: 3.06 ms; bfloat16 2.39 -> 1.68 (ab_tile_chunks.log).
+// Tried for the 16-bit forwards, slower: 512 threads (1.68 -> 2.00 ms) and four columns a thread in the
+// reductions (2.12; ab_tile_chunks_16bit.log).
+template <class S, int kThreads, int kChunk>
 __global__ void __launch_bounds__(kThreads)
     tiles_forward(const S* __restrict__ x, S* __restrict__ y, int64_t n, int64_t inner, int width, int64_t tiles,
                   bool log) {
+  constexpr int V = kReducedColumns<S, kChunk>;
   using N = Num<S>;
   using C = typename N::C;
   __shared__ C partial[kThreads];
   S* tile = tile_memory<S>();
-  const TilePosition at(n, inner, width, tiles, kThreads, V);
+  const TilePosition chunk(n, inner, width, tiles, kThreads, kChunk), at(n, inner, width, tiles, kThreads, V);
+  copy_tile<S, kChunk>(tile, x, chunk, n, inner, width);
+  tile_copied();
   Vec<C, V> m = filled<C, V>(-INFINITY);
   if (at.active)
-    for_each_strided<kTileUnroll>(
-        at.group, n, at.groups, [&](int64_t j) { return columns_at<S, V>(x, at.offset + j * inner); },
-        [&](int64_t j, const Vec<S, V>& v) {
-          columns_at<S, V>(tile, j * width + at.column) = v;
+    for (int64_t j = at.group; j < n; j += at.groups) {
+      const Vec<S, V> v = columns_at<S, V>(tile, j * width + at.column);
 #pragma unroll
-          for (int k = 0; k < V; ++k) m.v[k] = max_nan(m.v[k], N::load(v.v[k]));
-        });
+      for (int k = 0; k < V; ++k) m.v[k] = max_nan(m.v[k], N::load(v.v[k]));
+    }
   combine_groups(m, Max{}, partial, at);
   // The sum of exp(v - m), compensated as columns_forward's. m is the column's max: every term is in [0, 1], or
   // NaN where m is -inf (a column of all -inf: NaN everywhere, as torch's), +inf or NaN.
@@ -1184,93 +1222,103 @@ __global__ void __launch_bounds__(kThreads)
       }
     }
   combine_groups(s, Sum{}, partial, at);
-  ForwardOutput<S, C> output[V];
+  Vec<C, kChunk> chunk_max;
+  ForwardOutput<S, C> output[kChunk];
+  if constexpr (kChunk == V) {
+    chunk_max = m;
 #pragma unroll
-  for (int k = 0; k < V; ++k) output[k] = ForwardOutput<S, C>(s.v[k], log);
-  if (at.active)
-    for (int64_t j = at.group; j < n; j += at.groups) {
-      const Vec<S, V> v = columns_at<S, V>(tile, j * width + at.column);
-      Vec<S, V> out;
+    for (int k = 0; k < kChunk; ++k) output[k] = ForwardOutput<S, C>(s.v[k], log);
+  } else {
+    // partial holds the maxima in [0, width) and the sums in [width, 2 width): a chunked tile is at most 128 bytes
+    // wide (plan_columns), 64 columns, and kThreads at least 384.
+    if (at.active && at.group == 0)
 #pragma unroll
-      for (int k = 0; k < V; ++k) out.v[k] = N::store(output[k](N::load(v.v[k]) - m.v[k]));
-      columns_at<S, V>(y, at.offset + j * inner) = out;
+      for (int k = 0; k < V; ++k) {
+        partial[at.column + k] = m.v[k];
+        partial[width + at.column + k] = s.v[k];
+      }
+    __syncthreads();
+    if (chunk.active)
+#pragma unroll
+      for (int k = 0; k < kChunk; ++k) {
+        chunk_max.v[k] = partial[chunk.column + k];
+        output[k] = ForwardOutput<S, C>(partial[width + chunk.column + k], log);
+      }
+  }
+  if (chunk.active)
+    for (int64_t j = chunk.group; j < n; j += chunk.groups) {
+      const Vec<S, kChunk> v = columns_at<S, kChunk>(tile, j * width + chunk.column);
+      Vec<S, kChunk> out;
+#pragma unroll
+      for (int k = 0; k < kChunk; ++k) out.v[k] = N::store(output[k](N::load(v.v[k]) - chunk_max.v[k]));
+      columns_at<S, kChunk>(y, chunk.offset + j * inner) = out;
     }
 }
 
-// Stages g (and softmax's y: the tile holds n x width of each); log_softmax's y is read once, in the writing pass.
-// One column a thread (V = 1): two, as the 16-bit forwards take, ran no faster or slower here (H100, over dim 1 of
-// 1024^3, one column a thread against two in 384 and in 512 threads, ms: bfloat16 log_softmax 3.05 against 3.06
-// and 3.14, softmax 3.62 against 3.83 and 3.94; float16 log_softmax 3.05 against 3.01 and 2.82; 32 x 1024 x 4096
-// bfloat16 softmax 0.473 against 0.504 and 0.514; results/h100-2026-11-27/tile_columns.log).
+// The backward in tiles: g is staged (and softmax's y: the tile holds n x width of each) in kChunk-column chunks,
+// d = sum(g) (log_softmax) or sum(g y) (softmax) taken from shared memory a column a thread, and the gradient
+// written in chunks, log_softmax's y read once, there. Two columns a thread in the reduction, as the 16-bit
+// forwards take, ran no faster or slower here (H100, over dim 1 of 1024^3, one column a thread against two in 384
+// and in 512 threads, ms: bfloat16 log_softmax 3.05 against 3.06 and 3.14, softmax 3.62 against 3.83 and 3.94;
+// float16 log_softmax 3.05 against 3.01 and 2.82; results/h100-2026-11-27/tile_columns.log).
 // float's backward in blocks of 384 is held to 3 blocks an SM (56 registers): by itself it takes 67, which lets
 // two run (H100, float32 log_softmax backward over dim 1 of 1024^3: 5.71 ms, held: 5.45). The 16-bit one takes
 // 56 by itself, and ran slower held (bfloat16 log_softmax backward: 3.34 ms, 3.21 not held). A minimum of 0 is
 // none; an explicit 1 let the others take more registers (bfloat16's 384: 72 instead of 56).
-template <class S, int kThreads>
+template <class S, int kThreads, int kChunk>
 __global__ void __launch_bounds__(kThreads, kThreads == kTileThreadsThree && sizeof(S) == 4 ? 3 : 0)
     tiles_backward(const S* __restrict__ g, const S* __restrict__ y, S* __restrict__ gi, int64_t n, int64_t inner,
                    int width, int64_t tiles, bool log) {
-  constexpr int V = 1;
   using N = Num<S>;
   using C = typename N::C;
-  using Columns = Vec<S, V>;
+  using Chunk = Vec<S, kChunk>;
   __shared__ C partial[kThreads];
-  S* tile = tile_memory<S>();
-  const TilePosition at(n, inner, width, tiles, kThreads, V);
-  // This thread's columns, in the tile and in memory. (Indexed from tile, g, y and gi themselves, as the forward
-  // is, the code ptxas made ran the bfloat16 log_softmax backward over dim 1 of 1024^3 in 3.23 ms against 3.07,
-  // and softmax's in 3.61 against 3.67: H100, results/h100-2026-11-27/tile_columns.log.)
-  S* staged_g = tile + at.column;
-  S* staged_y = tile + n * width + at.column;
-  const S* g_column = g + at.offset;
-  const S* y_column = y + at.offset;
-  S* gi_column = gi + at.offset;
-  Vec<C, V> d;  // zeroed by a loop, not filled(): the code measured in tile_columns.log (see filled)
-#pragma unroll
-  for (int k = 0; k < V; ++k) d.v[k] = 0;
-  if (at.active) {
-    if (log) {
-      for_each_strided<kTileUnroll>(
-          at.group, n, at.groups, [&](int64_t j) { return columns_at<S, V>(g_column, j * inner); },
-          [&](int64_t j, const Columns& gj) {
-            columns_at<S, V>(staged_g, j * width) = gj;
-#pragma unroll
-            for (int k = 0; k < V; ++k) d.v[k] += N::load(gj.v[k]);
-          });
-    } else {
-      for_each_strided<kTileUnroll>(
-          at.group, n, at.groups,
-          [&](int64_t j) {
-            return Vec<Columns, 2>{
-                {columns_at<S, V>(g_column, j * inner), columns_at<S, V>(y_column, j * inner)}};
-          },
-          [&](int64_t j, const Vec<Columns, 2>& gy) {
-            columns_at<S, V>(staged_g, j * width) = gy.v[0];
-            columns_at<S, V>(staged_y, j * width) = gy.v[1];
-#pragma unroll
-            for (int k = 0; k < V; ++k) d.v[k] += N::load(gy.v[0].v[k]) * N::load(gy.v[1].v[k]);
-          });
+  S* staged_g = tile_memory<S>();
+  S* staged_y = staged_g + n * width;
+  const TilePosition chunk(n, inner, width, tiles, kThreads, kChunk), at(n, inner, width, tiles, kThreads, 1);
+  copy_tile<S, kChunk>(staged_g, g, chunk, n, inner, width);
+  if (!log) copy_tile<S, kChunk>(staged_y, y, chunk, n, inner, width);
+  tile_copied();
+  C d = 0;
+  if (at.active)
+    for (int64_t j = at.group; j < n; j += at.groups) {
+      const C gj = N::load(staged_g[j * width + at.column]);
+      d += log ? gj : gj * N::load(staged_y[j * width + at.column]);
     }
-  }
-  combine_groups(d, Sum{}, partial, at);
-  if (!at.active) return;
-  if (log) {
-    for_each_strided<kTileUnroll>(
-        at.group, n, at.groups, [&](int64_t j) { return columns_at<S, V>(y_column, j * inner); },
-        [&](int64_t j, const Columns& yj) {
-          const Columns gj = columns_at<S, V>(staged_g, j * width);
-          Columns out;
+  d = combine_groups(d, Sum{}, partial, at);
+  Vec<C, kChunk> chunk_d;
+  if constexpr (kChunk == 1) {
+    chunk_d.v[0] = d;
+  } else {
+    if (at.active && at.group == 0) partial[at.column] = d;
+    __syncthreads();
+    if (chunk.active)
 #pragma unroll
-          for (int k = 0; k < V; ++k) out.v[k] = N::store(N::load(gj.v[k]) - exp_for<S>(N::load(yj.v[k])) * d.v[k]);
-          columns_at<S, V>(gi_column, j * inner) = out;
+      for (int k = 0; k < kChunk; ++k) chunk_d.v[k] = partial[chunk.column + k];
+  }
+  if (!chunk.active) return;
+  if (log) {
+    // 16-byte chunks two loads in flight (32 bytes a thread, as 8 of float32's 4 bytes): 8 held bfloat16's
+    // kernel at 124 registers and spilled float32's.
+    constexpr int kUnroll = kChunk * sizeof(S) == 16 ? 2 : kTileUnroll;
+    for_each_strided<kUnroll>(
+        chunk.group, n, chunk.groups, [&](int64_t j) { return columns_at<S, kChunk>(y, chunk.offset + j * inner); },
+        [&](int64_t j, const Chunk& yj) {
+          const Chunk gj = columns_at<S, kChunk>(staged_g, j * width + chunk.column);
+          Chunk out;
+#pragma unroll
+          for (int k = 0; k < kChunk; ++k)
+            out.v[k] = N::store(N::load(gj.v[k]) - exp_for<S>(N::load(yj.v[k])) * chunk_d.v[k]);
+          columns_at<S, kChunk>(gi, chunk.offset + j * inner) = out;
         });
   } else {
-    for (int64_t j = at.group; j < n; j += at.groups) {
-      const Columns gj = columns_at<S, V>(staged_g, j * width), yj = columns_at<S, V>(staged_y, j * width);
-      Columns out;
+    for (int64_t j = chunk.group; j < n; j += chunk.groups) {
+      const Chunk gj = columns_at<S, kChunk>(staged_g, j * width + chunk.column);
+      const Chunk yj = columns_at<S, kChunk>(staged_y, j * width + chunk.column);
+      Chunk out;
 #pragma unroll
-      for (int k = 0; k < V; ++k) out.v[k] = N::store(N::load(yj.v[k]) * (N::load(gj.v[k]) - d.v[k]));
-      columns_at<S, V>(gi_column, j * inner) = out;
+      for (int k = 0; k < kChunk; ++k) out.v[k] = N::store(N::load(yj.v[k]) * (N::load(gj.v[k]) - chunk_d.v[k]));
+      columns_at<S, kChunk>(gi, chunk.offset + j * inner) = out;
     }
   }
 }
@@ -1691,36 +1739,43 @@ int64_t tile_bytes(bool backward, bool log, int64_t n, int64_t width) {
 template <class S>
 constexpr int64_t kTileStaticShared = kTileThreadsFew * static_cast<int64_t>(sizeof(typename Num<S>::C));
 
-// Whether the 16-bit forward's tiles can take two columns a thread, every access a 4-byte one: inner even (then
-// so is every column pair's first element, the width being even too) and both operands on a 4-byte boundary.
-// H100, bfloat16 softmax forward, two columns a thread against one (results/h100-2026-11-27/tile_columns.log),
-// ms: over dim 1 of 1024^3 in tiles of 32 columns 2.49 against 4.54 (log_softmax 2.42 against 4.41); 16 x 4096 x
-// 4096 in 16 columns 1.04 against 2.48; 2048 x 2048 x 8 0.134 against 0.143.
+// Columns a copy of a column tile (copy_tile) `width` wide: 16 bytes' worth where inner and the width are multiples
+// of it and every operand is on a 16-byte boundary (a forward's tile at most 192 columns: see tiles_forward's
+// partial); else two for the 16-bit forwards where inner and the width are even and both operands on a 4-byte
+// boundary (one 4-byte access where two 2-byte ones were); else one.
 template <class S>
-bool two_columns_a_thread(bool backward, SoftmaxShape shape, const S* in, const S* out) {
-  const auto aligned = [](const S* p) { return reinterpret_cast<uintptr_t>(p) % 4 == 0; };
-  return sizeof(S) == 2 && !backward && shape.inner % 2 == 0 && aligned(in) && aligned(out);
+int tile_chunk(bool backward, SoftmaxShape shape, int64_t width, const S* a, const S* b, const S* out) {
+  constexpr int kWide = 16 / sizeof(S);
+  const auto aligned = [](const S* p, int bytes) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+  if (shape.inner % kWide == 0 && width % kWide == 0 && (backward || 2 * width <= kTileThreadsThree) &&
+      aligned(a, 16) && aligned(b, 16) && aligned(out, 16))
+    return kWide;
+  if (sizeof(S) == 2 && !backward && shape.inner % 2 == 0 && width % 2 == 0 && aligned(a, 4) && aligned(out, 4))
+    return 2;
+  return 1;
 }
 
 // The width of the column tiles for a call over [outer, n, inner] (inner > 1), or 0 for the columns kernels.
 // Columns of at least kTileMinRows elements take tiles, the most columns up to a 128-byte row segment (or all
 // inner columns), halved while the tile is past kTileBytes and its row segment past 64 bytes (32 for 16-bit
 // types), then while it is past a block's whole shared memory. H100 (tools/softmax_plans.py, softmax over dim 1,
-// tiles against the columns kernels; results/h100-2026-11-27/column_plans.log):
-// - 1024 x 1024 x 1024 float32: forward 4.27 ms in 16 columns against 4.72 (in 32, one 128 KB block an SM:
-//   5.05); backward 6.51 in 16 against 7.75 (in 8, 32-byte rows: 7.17). bfloat16 backward 3.80 in 16 (32-byte
-//   rows, 64 KB) and 4.21 in 32 (128 KB) against 4.96.
+// tiles against the columns kernels; results/h100-2026-11-27/column_plans.log, measured before the tiles were
+// copied in 16-byte chunks):
+// - 1024 x 1024 x 1024 float32: forward 4.27 ms in 16 columns against 4.72; backward 6.51 in 16 against 7.75 (in
+//   8, 32-byte rows: 7.17). bfloat16 backward 3.80 in 16 (32-byte rows, 64 KB) and 4.21 in 32 (128 KB) against 4.96.
 // - 16 x 4096 x 4096 float32 forward 1.53 in 8 against 1.81; 2048 x 2048 x 8 float32 forward 0.15 against 0.74
 //   (inner 8: a warp of the columns kernel reads 4 outer indices' short rows).
 // - Shorter columns ran slower in tiles (4096 x 32 x 1024 float32 forward 2.04 against 0.53, 8 x 300 x 131072
 //   1.51 against 1.35): a block's tile is small, and the columns kernel's second pass finds more in L2.
 // - 16-bit forwards over 32 or more columns ran slower in tiles of one column a thread (1024 x 1024 x 1024
 //   bfloat16: 3.50 in 16 and 3.76 in 32 against 2.91; 16 x 4096 x 4096: 1.53 in 8 against 1.38) and faster in
-//   tiles of two (two_columns_a_thread: 2.49 in 32; 1.04 in 16): without two, they take the columns kernels.
+//   tiles of two (tile_chunk: 2.49 in 32; 1.04 in 16): without two, they take the columns kernels.
+// With 16-byte chunks (results/h100-2026-11-27/ab_tile_chunks.log), 64-byte rows still ran the float32 softmax
+// forward faster than 128-byte ones (3.06 ms against 3.22; log_softmax's forward and backward 1-2 % slower).
 // ACTIVATIONS_SOFTMAX_PLAN (see plan_rows) forces "columns" or "tiles,W" (W columns, where the tile fits one
 // block), for timing the alternatives.
 template <class S>
-int plan_columns(bool backward, bool log, SoftmaxShape shape, bool two_columns) {
+int plan_columns(bool backward, bool log, SoftmaxShape shape, const S* a, const S* b, const S* out) {
   const int64_t limit = device_info().shared_per_block - kTileStaticShared<S>;
   const auto fits = [&](int64_t width, int64_t budget) {
     const int64_t tiles = (shape.inner + width - 1) / width;
@@ -1743,27 +1798,39 @@ int plan_columns(bool backward, bool log, SoftmaxShape shape, bool two_columns) 
   };
   halve(kTileBytes, sizeof(S) == 2 ? 32 : 64);
   halve(limit, 0);
-  if (!backward && sizeof(S) == 2 && shape.inner >= 32 && !(two_columns && width % 2 == 0)) return 0;
+  if (!backward && sizeof(S) == 2 && shape.inner >= 32 && tile_chunk<S>(backward, shape, width, a, b, out) == 1)
+    return 0;
   return width >= kTileMinWidth && fits(width, limit) ? static_cast<int>(width) : 0;
 }
 
-// Launches the tile kernel of kThreads threads a block, V columns a thread (the forward's; see run_columns).
-template <class S, bool kBackward, int kThreads, int V = 1>
+// Launches the tile kernel of kThreads threads a block, kChunk columns a copy.
+template <class S, bool kBackward, int kThreads, int kChunk>
 const char* run_tiles(bool log, SoftmaxShape shape, int width, const S* pa, const S* pb, S* po, cudaStream_t stream) {
   const int64_t tiles = (shape.inner + width - 1) / width;
   const int64_t shared = tile_bytes<S>(kBackward, log, shape.n, width);
   static bool ready[64] = {};
   if constexpr (kBackward) {
-    const auto kernel = tiles_backward<S, kThreads>;
+    const auto kernel = tiles_backward<S, kThreads, kChunk>;
     if (const char* error = allow_staging(kernel, ready, kTileStaticShared<S>)) return error;
     return launch(kernel, shape.outer * tiles, kThreads, 1, shared, stream, pa, pb, po, shape.n, shape.inner, width,
                   tiles, log);
   } else {
-    const auto kernel = tiles_forward<S, kThreads, V>;
+    const auto kernel = tiles_forward<S, kThreads, kChunk>;
     if (const char* error = allow_staging(kernel, ready, kTileStaticShared<S>)) return error;
     return launch(kernel, shape.outer * tiles, kThreads, 1, shared, stream, pa, po, shape.n, shape.inner, width, tiles,
                   log);
   }
+}
+
+template <class S, bool kBackward, int kThreads>
+const char* run_tiles(int chunk, bool log, SoftmaxShape shape, int width, const S* pa, const S* pb, S* po,
+                      cudaStream_t stream) {
+  constexpr int kWide = 16 / sizeof(S);
+  if (chunk == kWide) return run_tiles<S, kBackward, kThreads, kWide>(log, shape, width, pa, pb, po, stream);
+  if constexpr (sizeof(S) == 2 && !kBackward) {
+    if (chunk == 2) return run_tiles<S, kBackward, kThreads, 2>(log, shape, width, pa, pb, po, stream);
+  }
+  return run_tiles<S, kBackward, kThreads, 1>(log, shape, width, pa, pb, po, stream);
 }
 
 // Runs a call over columns (inner > 1): in tiles where they fit, else one thread a column.
@@ -1772,17 +1839,11 @@ const char* run_columns(bool log, SoftmaxShape shape, const void* a, const void*
   const S* pa = static_cast<const S*>(a);
   const S* pb = static_cast<const S*>(b);
   S* po = static_cast<S*>(out);
-  const bool two_columns = two_columns_a_thread<S>(kBackward, shape, pa, po);
-  if (const int width = plan_columns<S>(kBackward, log, shape, two_columns)) {
-    const bool three = tile_bytes<S>(kBackward, log, shape.n, width) <= kTileBytes;
-    if constexpr (sizeof(S) == 2 && !kBackward) {
-      if (two_columns && width % 2 == 0) {
-        return three ? run_tiles<S, kBackward, kTileThreadsThree, 2>(log, shape, width, pa, pb, po, stream)
-                     : run_tiles<S, kBackward, kTileThreadsFew, 2>(log, shape, width, pa, pb, po, stream);
-      }
-    }
-    return three ? run_tiles<S, kBackward, kTileThreadsThree>(log, shape, width, pa, pb, po, stream)
-                 : run_tiles<S, kBackward, kTileThreadsFew>(log, shape, width, pa, pb, po, stream);
+  if (const int width = plan_columns<S>(kBackward, log, shape, pa, pb, po)) {
+    const int chunk = tile_chunk<S>(kBackward, shape, width, pa, pb, po);
+    return tile_bytes<S>(kBackward, log, shape.n, width) <= kTileBytes
+               ? run_tiles<S, kBackward, kTileThreadsThree>(chunk, log, shape, width, pa, pb, po, stream)
+               : run_tiles<S, kBackward, kTileThreadsFew>(chunk, log, shape, width, pa, pb, po, stream);
   }
   const int64_t columns = shape.outer * shape.inner;
   const auto blocks = static_cast<unsigned>((columns + kColumnThreads - 1) / kColumnThreads);
