@@ -1796,7 +1796,14 @@ int plan_columns(bool backward, bool log, SoftmaxShape shape, const S* a, const 
            width / 2 >= kTileMinWidth)
       width /= 2;
   };
-  halve(kTileBytes, sizeof(S) == 2 ? 32 : 64);
+  // 16-bit backwards copied in 16-byte chunks keep 64-byte rows where the tile then takes a whole SM: bfloat16
+  // softmax backward over dim 1 of 1024^3 2.27 ms in 64-byte rows (128 KB, g and y) against 2.55 in 32-byte ones
+  // (three blocks an SM; results/h100-2026-11-27/plans_16bit_backward_tiles.log). The 16-bit forwards' passes over
+  // shared memory take longer, and need other blocks beside them (one 128 KB tile an SM ran the bfloat16 forward at
+  // 55 % of a copy, tile_chunks_prototype.log).
+  constexpr int kWide = 16 / sizeof(S);
+  const bool chunked_backward = backward && tile_chunk<S>(backward, shape, kWide, a, b, out) == kWide;
+  halve(kTileBytes, sizeof(S) == 2 && !chunked_backward ? 32 : 64);
   halve(limit, 0);
   if (!backward && sizeof(S) == 2 && shape.inner >= 32 && tile_chunk<S>(backward, shape, width, a, b, out) == 1)
     return 0;
