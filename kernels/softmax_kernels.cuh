@@ -1200,25 +1200,42 @@ __global__ void __launch_bounds__(kThreads)
   copy_tile<S, kChunk>(tile, x, chunk, n, inner, width);
   tile_copied();
   Vec<C, V> m = filled<C, V>(-INFINITY);
-  if (at.active)
+  if constexpr (sizeof(S) == 2 && V == 2) {
+    // A column pair's max by one packed instruction a row (HMNMX2 with .NAN; see staged_max).
+    using Pair = std::conditional_t<std::is_same_v<S, __half>, __half2, __nv_bfloat162>;
+    Pair pair_max;
+    pair_max.x = pair_max.y = N::store(-INFINITY);
+    if (at.active)
+      for (int64_t j = at.group; j < n; j += at.groups)
+        pair_max = __hmax2_nan(pair_max, *reinterpret_cast<const Pair*>(tile + j * width + at.column));
+    m.v[0] = N::load(pair_max.x);
+    m.v[1] = N::load(pair_max.y);
+  } else if (at.active) {
     for (int64_t j = at.group; j < n; j += at.groups) {
       const Vec<S, V> v = columns_at<S, V>(tile, j * width + at.column);
 #pragma unroll
       for (int k = 0; k < V; ++k) m.v[k] = max_nan(m.v[k], N::load(v.v[k]));
     }
+  }
   combine_groups(m, Max{}, partial, at);
-  // The sum of exp(v - m), compensated as columns_forward's. m is the column's max: every term is in [0, 1], or
-  // NaN where m is -inf (a column of all -inf: NaN everywhere, as torch's), +inf or NaN.
+  // The sum of exp(v - m). m is the column's max: every term is in [0, 1], or NaN where m is -inf (a column of all
+  // -inf: NaN everywhere, as torch's), +inf or NaN. Compensated as columns_forward's for float and double, whose
+  // results keep the sum's error; a 16-bit result is rounded to 8 or 11 bits, far above a plain float sum's.
+  constexpr bool kCompensated = sizeof(S) != 2;
   Vec<C, V> s = filled<C, V>(0), lost = filled<C, V>(0);
   if (at.active)
     for (int64_t j = at.group; j < n; j += at.groups) {
       const Vec<S, V> v = columns_at<S, V>(tile, j * width + at.column);
 #pragma unroll
       for (int k = 0; k < V; ++k) {
-        const C term = exp_term<S>(N::load(v.v[k]) - m.v[k]) - lost.v[k];
-        const C sum = s.v[k] + term;
-        lost.v[k] = (sum - s.v[k]) - term;
-        s.v[k] = sum;
+        if constexpr (kCompensated) {
+          const C term = exp_term<S>(N::load(v.v[k]) - m.v[k]) - lost.v[k];
+          const C sum = s.v[k] + term;
+          lost.v[k] = (sum - s.v[k]) - term;
+          s.v[k] = sum;
+        } else {
+          s.v[k] += exp_term<S>(N::load(v.v[k]) - m.v[k]);
+        }
       }
     }
   combine_groups(s, Sum{}, partial, at);
