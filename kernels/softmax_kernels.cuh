@@ -1763,7 +1763,9 @@ constexpr int64_t kTileStaticShared = kTileThreadsFew * static_cast<int64_t>(siz
 template <class S>
 int tile_chunk(bool backward, SoftmaxShape shape, int64_t width, const S* a, const S* b, const S* out) {
   constexpr int kWide = 16 / sizeof(S);
-  const auto aligned = [](const S* p, int bytes) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0; };
+  const auto aligned = [](const S* p, int bytes) {
+    return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0;
+  };
   if (shape.inner % kWide == 0 && width % kWide == 0 && (backward || 2 * width <= kTileThreadsThree) &&
       aligned(a, 16) && aligned(b, 16) && aligned(out, 16))
     return kWide;
@@ -1775,7 +1777,7 @@ int tile_chunk(bool backward, SoftmaxShape shape, int64_t width, const S* a, con
 // The width of the column tiles for a call over [outer, n, inner] (inner > 1), or 0 for the columns kernels.
 // Columns of at least kTileMinRows elements take tiles, the most columns up to a 128-byte row segment (or all
 // inner columns), halved while the tile is past kTileBytes and its row segment past 64 bytes (32 for 16-bit
-// types), then while it is past a block's whole shared memory. H100 (tools/softmax_plans.py, softmax over dim 1,
+// types but backwards copied in 16-byte chunks), then while it is past a block's whole shared memory. H100 (tools/softmax_plans.py, softmax over dim 1,
 // tiles against the columns kernels; results/h100-2026-11-27/column_plans.log, measured before the tiles were
 // copied in 16-byte chunks):
 // - 1024 x 1024 x 1024 float32: forward 4.27 ms in 16 columns against 4.72; backward 6.51 in 16 against 7.75 (in
