@@ -1867,9 +1867,13 @@ const char* run_columns(bool log, SoftmaxShape shape, const void* a, const void*
   S* po = static_cast<S*>(out);
   if (const int width = plan_columns<S>(kBackward, log, shape, pa, pb, po)) {
     const int chunk = tile_chunk<S>(kBackward, shape, width, pa, pb, po);
-    return tile_bytes<S>(kBackward, log, shape.n, width) <= kTileBytes
-               ? run_tiles<S, kBackward, kTileThreadsThree>(chunk, log, shape, width, pa, pb, po, stream)
-               : run_tiles<S, kBackward, kTileThreadsFew>(chunk, log, shape, width, pa, pb, po, stream);
+    // A 16-bit log_softmax backward in 16-byte chunks runs 512 threads even where three tiles fit an SM (two blocks
+    // run, by registers): over dim 1 of 1024^3 bfloat16 2.37 ms against 2.31 and 2.32, float16 2.36 against 2.31
+    // (results/h100-2026-11-27/ab_tile_chunks_16bit.log); the 16-bit forwards and softmax's backward ran slower so.
+    const bool few = tile_bytes<S>(kBackward, log, shape.n, width) > kTileBytes ||
+                     (sizeof(S) == 2 && kBackward && log && chunk * sizeof(S) == 16);
+    return few ? run_tiles<S, kBackward, kTileThreadsFew>(chunk, log, shape, width, pa, pb, po, stream)
+               : run_tiles<S, kBackward, kTileThreadsThree>(chunk, log, shape, width, pa, pb, po, stream);
   }
   const int64_t columns = shape.outer * shape.inner;
   const auto blocks = static_cast<unsigned>((columns + kColumnThreads - 1) / kColumnThreads);
