@@ -576,12 +576,16 @@ __device__ __forceinline__ void set_part_bounds(P& p, int64_t n, unsigned rank, 
   p.count = p.end > p.begin ? (p.end - p.begin + V - 1) / V : 0;
 }
 
+// Two 16-bit values in one register, as the packed instructions take them.
+template <class S>
+using PairOf = std::conditional_t<std::is_same_v<S, __half>, __half2, __nv_bfloat162>;
+
 // This thread's max over vectors j = threadIdx.x, + kStagedThreads, ... below count of a staged 16-bit part, NaN
 // kept: pairs compared by one packed instruction (HMNMX2 with .NAN), where widening and comparing every element
 // took about eight times the instructions.
 template <class S, int V>
 __device__ __forceinline__ float staged_max(const Vec<S, V>* stage, int64_t count) {
-  using Pair = std::conditional_t<std::is_same_v<S, __half>, __half2, __nv_bfloat162>;
+  using Pair = PairOf<S>;
   static_assert(sizeof(S) == 2 && V % 2 == 0, "16-bit vectors of pairs");
   Pair m;
   m.x = m.y = Num<S>::store(-INFINITY);
@@ -1202,7 +1206,7 @@ __global__ void __launch_bounds__(kThreads)
   Vec<C, V> m = filled<C, V>(-INFINITY);
   if constexpr (sizeof(S) == 2 && V == 2) {
     // A column pair's max by one packed instruction a row (HMNMX2 with .NAN; see staged_max).
-    using Pair = std::conditional_t<std::is_same_v<S, __half>, __half2, __nv_bfloat162>;
+    using Pair = PairOf<S>;
     Pair pair_max;
     pair_max.x = pair_max.y = N::store(-INFINITY);
     if (at.active)
