@@ -1,16 +1,14 @@
-"""Times bench.py's CPU cells in cache, one thread: ours against torch's, samples taken in turn (the order reversed
-from one sample to the next), for loops whose cost the 2^22-element table hides behind memory.
+"""Times bench.py's CPU cells in cache, one thread: ours against torch's, samples taken in turn as bench.py takes
+them (bench.interleaved_ms), for loops whose cost the 2^22-element table hides behind memory.
 
     python tools/cpu_in_cache.py gelu:float32:forward,silu:bfloat16:backward [numel, default 2^18]
 
-REPS (environment) sets the samples of each side (default 60), each of 20 calls. Prints ns an element, ours then
-torch, and torch/ours.
+REPS (environment) sets the samples of each side (default 60). Prints ns an element, ours then torch, and
+torch/ours.
 """
 
 import os
-import statistics
 import sys
-import time
 
 import torch
 
@@ -28,14 +26,8 @@ def main():
         x = torch.randn(numel, dtype=getattr(torch, dtype))
         g = torch.rand_like(x) * 2 - 1
         runs = {side: bench.make_pass(getattr(row, side), x, g, direction) for side in ("torch", "ours")}
-        samples = {side: [] for side in runs}
-        for sample in range(int(os.environ.get("REPS", 60))):
-            for side in ("torch", "ours") if sample % 2 == 0 else ("ours", "torch"):
-                start = time.perf_counter()
-                for _ in range(20):
-                    runs[side]()
-                samples[side].append((time.perf_counter() - start) / 20 / numel * 1e9)
-        ours, theirs = statistics.median(samples["ours"]), statistics.median(samples["torch"])
+        ms = bench.interleaved_ms(runs, torch.device("cpu"), int(os.environ.get("REPS", 60)))
+        ours, theirs = (ms[side] * 1e6 / numel for side in ("ours", "torch"))
         print(f"{cell} ours {ours:.3f} torch {theirs:.3f} ns/el {theirs / ours:.2f}x", flush=True)
 
 
