@@ -667,12 +667,23 @@ __device__ __forceinline__ void staged_forward_rows(const S* __restrict__ x, S* 
     }
     // The block's own max and sum, then one exchange over the cluster for the row's (cluster_combine).
     m = block_reduce<kStagedThreads>(m, Max{}, scratch);
-    const C block_max = m == -INFINITY ? C(0) : m;  // a part of only -inf (or only fill) sums to 0, not NaN
+    const bool empty = m == -INFINITY;
+    const C block_max = empty ? C(0) : m;  // a part of only -inf (or only fill) sums to 0, not NaN
+    // float32 softmax keeps its terms exp(x - block_max) in place of x, and its writing pass scales them: one exp
+    // an element instead of two (16-bit rows take exp2_flushed, two instructions). H100, ms, two exps -> one
+    // (results/h100-2026-11-27/ab_kept_terms.log): 8192 x 32768 0.750 -> 0.729, 4096 x 131072 1.533 -> 1.493,
+    // 8192 x 50257 1.200 -> 1.193, 4096 x 393216 4.68 -> 4.65; log_softmax's, which take one, as fast as these.
+    const bool keep_terms = sizeof(S) == 4 && !log;
     C s = 0;
     for (int64_t j = threadIdx.x; j < now.count; j += kStagedThreads) {
-      const Vec<S, V> q = stage[j];
+      Vec<S, V> q = stage[j];
 #pragma unroll
-      for (int k = 0; k < V; ++k) s += exp_term<S>(N::load(q.v[k]) - block_max);  // -inf fill: exp gives 0
+      for (int k = 0; k < V; ++k) {
+        const C term = exp_term<S>(N::load(q.v[k]) - block_max);  // -inf fill: exp gives 0
+        s += term;
+        q.v[k] = N::store(term);
+      }
+      if (keep_terms) stage[j] = q;
     }
     s = block_reduce<kStagedThreads>(s, Sum{}, scratch);
     if constexpr (kCluster) {
@@ -682,13 +693,18 @@ __device__ __forceinline__ void staged_forward_rows(const S* __restrict__ x, S* 
       cluster_combine<kArriveEarly, S>(m, s, slots[kArriveEarly ? 0 : parity]);
     }
     const ForwardOutput<S, C> output(s, log);
+    // A kept term exp(x - block_max) times exp(block_max - max) / sum. A part of only -inf has terms of 0 and a
+    // scale of 0 / sum: 0, or NaN where the whole row is -inf (sum 0), as the other outputs then. The rounded
+    // block_max - max adds its own |block_max - max| ulp, within the |x - max| of the bound (docs/accuracy.md).
+    const C kept_scale = empty ? C(0) / s : exp_(block_max - m) / s;
     S* yr = y + row * n;
     const int64_t last = kCopyAsync ? max(now.count, next.count) : now.count;
     for (int64_t j = threadIdx.x; j < last; j += kStagedThreads) {
       if (j < now.count) {
         const Vec<S, V> q = stage[j];
-        store_vec<S, V, kEdges>(yr, n, now.shift, now.begin + j * V,
-                                [&](int k) { return output(N::load(q.v[k]) - m); });
+        store_vec<S, V, kEdges>(yr, n, now.shift, now.begin + j * V, [&](int k) {
+          return keep_terms ? N::load(q.v[k]) * kept_scale : output(N::load(q.v[k]) - m);
+        });
       }
       // The next row's vector j, copied where this row's was read: after the store that used its values.
       if constexpr (kCopyAsync)
@@ -741,8 +757,15 @@ __global__ void __launch_bounds__(kStagedThreads, 3)
 // through registers. Such clusters may take several rows in turn (staged_clusters: 16-bit ones of 8 blocks or more,
 // float32 ones of parts that take a whole SM), copying the next row's vectors j into shared memory by cp.async once
 // the writing pass has used this row's, as staged_forward does.
+// The 16-bit kernels of clusters on the 16-byte grid are built for three blocks an SM (40 registers a thread), where
+// parts of up to 74 KB fit three: H100, ms, two blocks -> three (results/h100-2026-11-27/ab_backward_3_blocks.log):
+// bfloat16 softmax at 16384 x 65536 (4 blocks of 64 KB a row) 2.367 -> 2.248, log_softmax 2.427 -> 2.258, float16
+// alike; 4096 x 131072 (8 blocks of 64 KB) 1.21 -> 1.21. Where a block takes a whole SM, bfloat16 ran 0.6-1.1 %
+// slower (it spills 48 bytes at 40 registers; 4096 x 393216 3.614 -> 3.636), float16 within 0.5 %
+// (ab_backward_3_blocks_whole_sm.log). The kernels with edge code spill 224 bytes at 40 registers: float16 at
+// 16384 x 65543 ran 2.48 -> 3.46, so they keep two.
 template <class S, int V, bool kEdges, bool kCluster>
-__global__ void __launch_bounds__(kStagedThreads, 2)
+__global__ void __launch_bounds__(kStagedThreads, sizeof(S) == 2 && kCluster && !kEdges ? 3 : 2)
     staged_backward(const S* __restrict__ g, const S* __restrict__ y, S* __restrict__ gi, int64_t rows, int64_t n,
                     int64_t part, bool log, bool stage_both) {
   using N = Num<S>;
@@ -1375,7 +1398,7 @@ inline DeviceInfo device_info() {
 struct RegConfig {
   int threads, elements;
 };
-constexpr RegConfig kConfigs[] = {{32, 8}, {32, 32}, {128, 16}, {256, 16}, {256, 32}};
+constexpr RegConfig kConfigs[] = {{32, 8}, {32, 16}, {64, 16}, {32, 32}, {128, 16}, {256, 16}, {256, 32}};
 constexpr int kMaxCluster = 8;          // the portable cluster size
 constexpr int kMaxHopperCluster = 16;   // Hopper's largest (non-portable: allow_staging opts in)
 static_assert(kMaxHopperCluster <= 32, "cluster_reduce reads one block's slot per lane of a warp");
@@ -1457,7 +1480,7 @@ Plan plan_rows(bool backward, bool log, int64_t rows, int64_t n, const void* a, 
     return plan;
   };
   // A forward takes the first configuration that holds the row, so that the row fills most of it (131072 x 2048
-  // bfloat16 on the H100: 0.36 ms in 128 x 16 against 0.78 in 256 x 32). A backward past a warp's rows takes
+  // bfloat16 on the H100: 0.36 ms in 128 x 16 against 0.78 in 256 x 32). A backward past 1024 elements takes
   // 256 threads (128 x 16 ran up to 16 % slower), the first of them that holds the row: log_softmax in the
   // fuller 256 x 16 ran 6 % faster at 4096 and 15 % at 2048 than in 256 x 32. A 16-bit backward past 4096
   // elements is staged instead (both operands copied by cp.async: bfloat16 softmax at 32768 x 8192 0.52 ms
@@ -1466,6 +1489,20 @@ Plan plan_rows(bool backward, bool log, int64_t rows, int64_t n, const void* a, 
     if (!backward) return true;
     if (sizeof(S) == 2 && c.threads * c.elements > 4096) return false;
     return c.threads == 32 || c.threads == 256;
+  };
+  // Rows of 257-1024 elements, each direction and type in the configuration that ran it fastest (H100, ms, 2^28
+  // elements in rows of 264 / 384 / 512 / 640 / 768 / 1024, every pair timed: results/h100-2026-11-27/
+  // plans_short_rows.log). Up to 512, a warp of 16 elements a thread, where a warp of 32 left most of its
+  // registers empty: bfloat16 softmax forward 0.704 / 0.494 / 0.396 -> 0.431 / 0.357 / 0.358 (torch 0.572 / 0.460
+  // / 0.424), float32 0.809 / 0.708 / 0.712 -> 0.716 / 0.713 / 0.714, bfloat16 softmax backward 0.591 / 0.598 /
+  // 0.561 -> 0.529 / 0.529 / 0.532. Past 512, 64 x 16, except 16-bit forwards, whose warp of 32 elements ran
+  // faster at 640 (bfloat16 softmax 0.358 against 0.384): float32 softmax forward at 1024 0.727 -> 0.713,
+  // bfloat16 softmax backward 0.580 / 0.549 / 0.543 -> 0.540 / 0.526 / 0.527. float32 backwards take 64 x 16
+  // throughout (within 1 % of the others, 2 % ahead at 264).
+  const auto short_row = [&]() -> RegConfig {
+    if (span <= 512 && (!backward || sizeof(S) == 2)) return {32, 16};
+    if (!backward && sizeof(S) == 2) return {32, 32};
+    return {64, 16};
   };
   const auto registers = [&](RegConfig config) {
     plan.path = Path::Registers;
@@ -1490,6 +1527,7 @@ Plan plan_rows(bool backward, bool log, int64_t rows, int64_t n, const void* a, 
     const RegConfig& largest = kConfigs[std::size(kConfigs) - 1];
     if (n <= static_cast<int64_t>(largest.threads) * largest.elements) {
       if (plan.edges) set_vec(1);  // the register path has no edge code: a row off the grid goes element-wide
+      if (span > 256 && span <= 1024) return registers(short_row());
       for (const RegConfig& c : kConfigs)
         if (static_cast<int64_t>(c.threads) * c.elements >= span && suits(c)) return registers(c);
     }
@@ -1639,6 +1677,8 @@ const char* with_reg_kernel(const Plan& plan, bool log, Fn&& fn) {
   if (plan.config.threads == T && plan.config.elements == E) \
     return pick(integral_constant<int, E>{}, integral_constant<int, T>{});
   ACTIVATIONS_SOFTMAX_CONFIG(32, 8)
+  ACTIVATIONS_SOFTMAX_CONFIG(32, 16)
+  ACTIVATIONS_SOFTMAX_CONFIG(64, 16)
   ACTIVATIONS_SOFTMAX_CONFIG(32, 32)
   ACTIVATIONS_SOFTMAX_CONFIG(128, 16)
   ACTIVATIONS_SOFTMAX_CONFIG(256, 16)
