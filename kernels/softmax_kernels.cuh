@@ -2,8 +2,9 @@
 // units softmax_<type>_<direction>.cu, so that nvcc compiles them side by side (softmax_launch.cuh). Pure CUDA.
 //
 // Rows (inner == 1) take one of three paths, by length (plan_rows):
-// - In registers: rows of up to 8192 elements are read once into the registers of a warp or a block (up to 256
-//   threads x 32 elements). One read and one write per element (a backward: see regs_backward).
+// - In registers: rows of up to 8192 elements are read once into the registers of part of a warp (short rows, a
+//   warp taking several), a warp or a block (up to 256 threads x 32 elements). One read and one write per element
+//   (a backward: see regs_backward).
 // - Staged in shared memory: longer rows, up to 16 blocks' parts of 112 KB (float32: 458K elements), are read
 //   once into the shared memory of a thread-block cluster (sm_90+; one block without clusters), whose blocks
 //   exchange the row's max and sum through distributed shared memory. One read and one write per element; the
@@ -413,8 +414,9 @@ __host__ __device__ constexpr int block_threads(int row_threads) { return row_th
 
 // ---------------------------------------------------------------------------------------------------------------
 // Rows in registers. A row is held by kRowThreads threads, E elements each, in V-wide vectors: thread `lane`
-// holds elements (j * kRowThreads + lane) * V + k. Positions past the row's end read as -inf (forward) or 0
-// (backward) and are never written. Every row starts on the 16-byte grid (n a multiple of V, the first row on it)
+// holds elements (j * kRowThreads + lane) * V + k. Below 32 threads a row, a warp's lanes hold 32 / kRowThreads
+// rows, each reduced by the shuffles within its lanes (warp_reduce<kRowThreads>). Positions past the row's end
+// read as -inf (forward) or 0 (backward) and are never written. Every row starts on the 16-byte grid (n a multiple of V, the first row on it)
 // or V is 1. Plain C++ loads and stores, not load_vec's: with them these short rows ran up to 1.12x slower
 // (H100, 262144 x 1024 float32: 0.80 ms against 0.73).
 
@@ -1398,7 +1400,8 @@ inline DeviceInfo device_info() {
 struct RegConfig {
   int threads, elements;
 };
-constexpr RegConfig kConfigs[] = {{32, 8}, {32, 16}, {64, 16}, {32, 32}, {128, 16}, {256, 16}, {256, 32}};
+constexpr RegConfig kConfigs[] = {{4, 8},   {8, 8},   {16, 8},   {32, 8},   {16, 16},  {32, 16},
+                                   {64, 16}, {32, 32}, {128, 16}, {256, 16}, {256, 32}};
 constexpr int kMaxCluster = 8;          // the portable cluster size
 constexpr int kMaxHopperCluster = 16;   // Hopper's largest (non-portable: allow_staging opts in)
 static_assert(kMaxHopperCluster <= 32, "cluster_reduce reads one block's slot per lane of a warp");
@@ -1490,16 +1493,36 @@ Plan plan_rows(bool backward, bool log, int64_t rows, int64_t n, const void* a, 
     if (sizeof(S) == 2 && c.threads * c.elements > 4096) return false;
     return c.threads == 32 || c.threads == 256;
   };
-  // Rows of 257-1024 elements, each direction and type in the configuration that ran it fastest (H100, ms, 2^28
-  // elements in rows of 264 / 384 / 512 / 640 / 768 / 1024, every pair timed: results/h100-2026-11-27/
-  // plans_short_rows.log). Up to 512, a warp of 16 elements a thread, where a warp of 32 left most of its
-  // registers empty: bfloat16 softmax forward 0.704 / 0.494 / 0.396 -> 0.431 / 0.357 / 0.358 (torch 0.572 / 0.460
-  // / 0.424), float32 0.809 / 0.708 / 0.712 -> 0.716 / 0.713 / 0.714, bfloat16 softmax backward 0.591 / 0.598 /
-  // 0.561 -> 0.529 / 0.529 / 0.532. Past 512, 64 x 16, except 16-bit forwards, whose warp of 32 elements ran
-  // faster at 640 (bfloat16 softmax 0.358 against 0.384): float32 softmax forward at 1024 0.727 -> 0.713,
-  // bfloat16 softmax backward 0.580 / 0.549 / 0.543 -> 0.540 / 0.526 / 0.527. float32 backwards take 64 x 16
-  // throughout (within 1 % of the others, 2 % ahead at 264).
+  // Rows of up to 1024 elements, each direction and type in the configuration that ran it fastest (H100, ms, 2^28
+  // elements in rows of 32 / 64 / 96 / 128 / 160 / 256 and 264 / 384 / 512 / 640 / 768 / 1024, every pair timed:
+  // results/h100-2026-11-27/plans_rows_to_256.log, plans_short_rows.log; the rule against the one before it:
+  // ab_rows_to_256.log, ab_rows_129_256.log).
+  // - Up to 256, the fewest threads of 8 elements that hold the row (4, 8, 16 or 32; a warp then takes several
+  //   rows), float32 backwards twice as many (a vector of each operand a thread), 16-bit rows of 129-256 16 threads
+  //   of 16 (bfloat16 at 136 / 160 / 200, log_softmax forward 0.581 / 0.504 / 0.420 -> 0.453 / 0.405 / 0.360, torch
+  //   0.535 / 0.466 / 0.407; backward 0.583 / 0.553 / 0.529 -> 0.528 / 0.529 / 0.538; softmax's 0.524 / 0.528 /
+  //   0.530 -> 0.528 / 0.534 / 0.540: ab_rows_129_256.log). A warp of 8 elements a thread for every such row left
+  //   most lanes idle: at 32 / 64 / 96 / 128, float32 softmax forward 2.109 / 1.083 / 0.790 / 0.708 -> 0.711 /
+  //   0.716 / 0.714 / 0.712 (torch 0.844 / 0.711 / 0.715 / 0.715), bfloat16 2.148 / 1.090 / 0.741 / 0.563 -> 0.356
+  //   / 0.354 / 0.404 / 0.356 (torch 0.805 / 0.561 / 0.535 / 0.470), float32 log_softmax backward 1.546 / 1.132 ->
+  //   1.051 / 1.051 (torch 1.050 / 1.053), bfloat16 1.645 / 0.873 / 0.656 / 0.576 -> 0.528 / 0.529 / 0.529 / 0.529
+  //   (torch 0.640 / 0.561 / 0.595 / 0.550).
+  // - Up to 512, a warp of 16 elements a thread, where a warp of 32 left most of its registers empty: at 264 / 384 /
+  //   512, bfloat16 softmax forward 0.704 / 0.494 / 0.396 -> 0.431 / 0.357 / 0.358 (torch 0.572 / 0.460 / 0.424),
+  //   float32 0.809 / 0.708 / 0.712 -> 0.716 / 0.713 / 0.714, bfloat16 softmax backward 0.591 / 0.598 / 0.561 ->
+  //   0.529 / 0.529 / 0.532.
+  // - Past 512, 64 x 16, except 16-bit forwards, whose warp of 32 elements ran faster at 640 (bfloat16 softmax
+  //   0.358 against 0.384): float32 softmax forward at 1024 0.727 -> 0.713, bfloat16 softmax backward at 640 / 768
+  //   / 1024 0.580 / 0.549 / 0.543 -> 0.540 / 0.526 / 0.527. float32 backwards take 64 x 16 from 257 (within 1 % of
+  //   the others, 2 % ahead at 264).
   const auto short_row = [&]() -> RegConfig {
+    if (span <= 256) {
+      if (sizeof(S) == 2 && span > 128) return {16, 16};
+      const int64_t held = backward && sizeof(S) == 4 ? 2 * span : span;
+      for (int threads = 4; threads < 32; threads *= 2)
+        if (threads * 8 >= held) return {threads, 8};
+      return {32, 8};
+    }
     if (span <= 512 && (!backward || sizeof(S) == 2)) return {32, 16};
     if (!backward && sizeof(S) == 2) return {32, 32};
     return {64, 16};
@@ -1527,7 +1550,7 @@ Plan plan_rows(bool backward, bool log, int64_t rows, int64_t n, const void* a, 
     const RegConfig& largest = kConfigs[std::size(kConfigs) - 1];
     if (n <= static_cast<int64_t>(largest.threads) * largest.elements) {
       if (plan.edges) set_vec(1);  // the register path has no edge code: a row off the grid goes element-wide
-      if (span > 256 && span <= 1024) return registers(short_row());
+      if (span <= 1024) return registers(short_row());
       for (const RegConfig& c : kConfigs)
         if (static_cast<int64_t>(c.threads) * c.elements >= span && suits(c)) return registers(c);
     }
@@ -1676,7 +1699,11 @@ const char* with_reg_kernel(const Plan& plan, bool log, Fn&& fn) {
 #define ACTIVATIONS_SOFTMAX_CONFIG(T, E)           \
   if (plan.config.threads == T && plan.config.elements == E) \
     return pick(integral_constant<int, E>{}, integral_constant<int, T>{});
+  ACTIVATIONS_SOFTMAX_CONFIG(4, 8)
+  ACTIVATIONS_SOFTMAX_CONFIG(8, 8)
+  ACTIVATIONS_SOFTMAX_CONFIG(16, 8)
   ACTIVATIONS_SOFTMAX_CONFIG(32, 8)
+  ACTIVATIONS_SOFTMAX_CONFIG(16, 16)
   ACTIVATIONS_SOFTMAX_CONFIG(32, 16)
   ACTIVATIONS_SOFTMAX_CONFIG(64, 16)
   ACTIVATIONS_SOFTMAX_CONFIG(32, 32)
