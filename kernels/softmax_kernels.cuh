@@ -1396,7 +1396,9 @@ inline DeviceInfo device_info() {
 // registers (16384 x 16384 float32: 0.74 ms against 1.15 in 1024 x 16, timed with register kernels up to 12 %
 // slower than these) and than clusters of them (4096 x 393216 float32: 6.1 ms in 16 staged blocks against 7.7 in
 // 8 x 1024 x 48); the backward at 393216 runs 3-7 % slower staged than it did in those clusters (softmax float32:
-// 8.9 ms against 8.3), a loss taken for one path fewer.
+// 8.9 ms against 8.3), a loss taken for one path fewer. Each is compiled for every type and direction: with 11
+// rather than 5 the cold CPU + CUDA build on the H100 host took 16.2-17.8 s against 14.3-16.3
+// (results/h100-2026-11-27/build_softmax_configs.log).
 struct RegConfig {
   int threads, elements;
 };
@@ -1482,16 +1484,16 @@ Plan plan_rows(bool backward, bool log, int64_t rows, int64_t n, const void* a, 
     plan.stage_both = both;
     return plan;
   };
-  // A forward takes the first configuration that holds the row, so that the row fills most of it (131072 x 2048
-  // bfloat16 on the H100: 0.36 ms in 128 x 16 against 0.78 in 256 x 32). A backward past 1024 elements takes
-  // 256 threads (128 x 16 ran up to 16 % slower), the first of them that holds the row: log_softmax in the
-  // fuller 256 x 16 ran 6 % faster at 4096 and 15 % at 2048 than in 256 x 32. A 16-bit backward past 4096
-  // elements is staged instead (both operands copied by cp.async: bfloat16 softmax at 32768 x 8192 0.52 ms
-  // against 0.55 in 256 x 32).
+  // Past 1024 elements (shorter rows: short_row), a forward takes the first configuration that holds the row, so
+  // that the row fills most of it (131072 x 2048 bfloat16 on the H100: 0.36 ms in 128 x 16 against 0.78 in 256 x
+  // 32), and a backward 256 threads (128 x 16 ran up to 16 % slower), the first of them that holds the row:
+  // log_softmax in the fuller 256 x 16 ran 6 % faster at 4096 and 15 % at 2048 than in 256 x 32. A 16-bit
+  // backward past 4096 elements is staged instead (both operands copied by cp.async: bfloat16 softmax at 32768 x
+  // 8192 0.52 ms against 0.55 in 256 x 32).
   const auto suits = [&](const RegConfig& c) {
     if (!backward) return true;
     if (sizeof(S) == 2 && c.threads * c.elements > 4096) return false;
-    return c.threads == 32 || c.threads == 256;
+    return c.threads == 256;
   };
   // Rows of up to 1024 elements, each direction and type in the configuration that ran it fastest (H100, ms, 2^28
   // elements in rows of 32 / 64 / 96 / 128 / 160 / 256 and 264 / 384 / 512 / 640 / 768 / 1024, every pair timed:
