@@ -416,9 +416,9 @@ __host__ __device__ constexpr int block_threads(int row_threads) { return row_th
 // Rows in registers. A row is held by kRowThreads threads, E elements each, in V-wide vectors: thread `lane`
 // holds elements (j * kRowThreads + lane) * V + k. Below 32 threads a row, a warp's lanes hold 32 / kRowThreads
 // rows, each reduced by the shuffles within its lanes (warp_reduce<kRowThreads>). Positions past the row's end
-// read as -inf (forward) or 0 (backward) and are never written. Every row starts on the 16-byte grid (n a multiple of V, the first row on it)
-// or V is 1. Plain C++ loads and stores, not load_vec's: with them these short rows ran up to 1.12x slower
-// (H100, 262144 x 1024 float32: 0.80 ms against 0.73).
+// read as -inf (forward) or 0 (backward) and are never written. Every row starts on the 16-byte grid (n a multiple
+// of V, the first row on it) or V is 1. Plain C++ loads and stores, not load_vec's: with them these short rows ran
+// up to 1.12x slower (H100, 262144 x 1024 float32: 0.80 ms against 0.73).
 
 template <class S, int V, int E, int kRowThreads>
 __global__ void __launch_bounds__(block_threads(kRowThreads))
