@@ -1241,16 +1241,19 @@ def test_softmax_over_a_leading_dim_matches_float64(name, device, dtype):
 
 # [outer, n, inner] shapes for the CUDA column paths (plan_columns): tiles as wide as a row of the slab (inner 8),
 # tiles narrower than it (inner 24: two of 12 columns in float32), tiles of 16 columns and a narrower last one
-# (inner 100), tiles halved until one fills a block's shared memory (n 4000), and, by default, the columns kernels
-# for columns too long for any tile (n 20000), too short (n 8) or too few (inner 3). Each is also run with the
-# path forced (ACTIVATIONS_SOFTMAX_PLAN): the columns kernels everywhere, tiles of 8 and 64 columns wherever they fit.
+# (inner 100), tiles halved until one fills a block's shared memory (n 4000), short columns in wide tiles (n 64
+# and 33 over inner 300: 128 and 256 columns and a narrower last tile; the 16-bit forwards at n 33 in the columns
+# kernel), and, by default, the columns kernels for columns too long for any tile
+# (n 20000), too short (n 8) or too few (inner 3), 16 bytes of them a thread at n 4 (column_vector; on a GPU of
+# up to 135 SMs). Each is also run with the path forced (ACTIVATIONS_SOFTMAX_PLAN): the columns kernels
+# everywhere, one column and 16 bytes of columns a thread, tiles of 8 and 64 columns wherever they fit.
 # Tiles are copied in 16-byte chunks where inner and the width are multiples of 16 bytes and every operand is
 # 16-byte aligned (inner 8, 24 and 64 in every dtype, 100 in float32 and float64); else the 16-bit forward's in
 # chunks of two columns where inner and the width are even and both operands 4-byte aligned (inner 100), else of
 # one: inner 9 (odd), "tiles,11" (an odd width of an even inner) and "misaligned" (the input and the gradient at an
 # odd element offset: a 16-bit forward over 32 or more columns takes the columns kernel).
-SOFTMAX_COLUMN_SHAPES = [(2, 600, 8), (3, 1000, 24), (2, 1025, 100), (1, 4000, 64), (1, 20000, 16), (64, 8, 100),
-                         (5, 700, 3), (2, 600, 9)]
+SOFTMAX_COLUMN_SHAPES = [(2, 600, 8), (3, 1000, 24), (2, 1025, 100), (1, 4000, 64), (3, 64, 300), (2, 33, 300),
+                         (1, 20000, 16), (64, 8, 100), (2240, 4, 1000), (5, 700, 3), (2, 600, 9)]
 
 
 def at_odd_offset(t):
@@ -1259,7 +1262,8 @@ def at_odd_offset(t):
 
 
 @requires_cuda
-@pytest.mark.parametrize("plan", ["default", "columns", "tiles,8", "tiles,11", "tiles,64", "misaligned"])
+@pytest.mark.parametrize("plan", ["default", "columns", "columns,1", "columns,16", "tiles,8", "tiles,11", "tiles,64",
+                                  "misaligned"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", SOFTMAX_COLUMN_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("name", SOFTMAX_OPS)
@@ -1949,7 +1953,7 @@ def test_compute_sanitizer_memcheck_is_clean(tmp_path):
     """Every kernel (softmax's row and column paths too), odd sizes and misaligned views, under compute-sanitizer's
     memcheck."""
     script = textwrap.dedent("""
-        import torch, activations
+        import itertools, os, torch, activations
         for dtype in (torch.float32, torch.float64, torch.float16, torch.bfloat16):
             for n in (1, 3, 8, 17, 1001, 4099):
                 for offset in (0, 1, 3):
@@ -1969,15 +1973,20 @@ def test_compute_sanitizer_memcheck_is_clean(tmp_path):
                     for name in activations.REDUCTIONS:
                         y = getattr(activations, name)(x.requires_grad_(), -1)
                         torch.autograd.grad(y, x, torch.randn_like(y))
-            # Columns: in tiles (the last one narrower at inner 100; copied in 16-byte chunks, and off the 16-byte
-            # grid in narrower ones) and by the columns kernels (n 9).
-            for shape in ((2, 600, 8), (2, 700, 100), (3, 9, 5)):
-                for offset in (0, 1):
+            # Columns: in tiles (the last one narrower at inner 100 and 300; copied in 16-byte chunks, and off the
+            # 16-byte grid in narrower ones) and by the columns kernels (n 9), one column a thread and, forced, 16
+            # bytes of them (inner 16).
+            for plan, shapes in ((None, ((2, 600, 8), (2, 700, 100), (2, 64, 300), (3, 9, 5))),
+                                 ("columns,16", ((3, 9, 16),))):
+                if plan is not None:
+                    os.environ["ACTIVATIONS_SOFTMAX_PLAN"] = plan
+                for shape, offset in itertools.product(shapes, (0, 1)):
                     numel = shape[0] * shape[1] * shape[2]
                     x = torch.randn(numel + offset, device="cuda", dtype=dtype)[offset:].view(shape)
                     for name in activations.REDUCTIONS:
                         y = getattr(activations, name)(x.requires_grad_(), 1)
                         torch.autograd.grad(y, x, torch.randn_like(y))
+                os.environ.pop("ACTIVATIONS_SOFTMAX_PLAN", None)
         torch.cuda.synchronize()
         print("sanitized")
     """)

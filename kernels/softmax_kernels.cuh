@@ -1033,60 +1033,122 @@ __global__ void __launch_bounds__(kSplitThreads)
 }
 
 // ---------------------------------------------------------------------------------------------------------------
-// Columns (inner > 1): thread (o, i) reduces x[o, :, i]. Neighbouring threads read neighbouring columns.
+// Columns (inner > 1): thread (o, i) reduces the V neighbouring columns x[o, :, i V .. i V + V), one V-wide access a
+// row; neighbouring threads read neighbouring columns. V is 16 bytes of columns where the columns are short
+// (column_vector), else 1. A short column's single-element loads leave too little in flight: H100, softmax over
+// dim 1 of 131072 x 2 x 1024 (results/h100-2026-11-27/short_n_plans.log), one column a thread against 16 bytes:
+// float32 forward 1.383 ms against 0.776, bfloat16 1.154 against 0.490, log_softmax forward 1.434 (torch 0.988)
+// against 0.785. Longer columns ran faster in one column a thread (float32 forward at n = 8: 0.781 against 1.057).
 
 constexpr int kColumnThreads = 256;
+// Rows a backward thread has in flight at once. H100, over dim 1 (short_n_plans2.log against short_n_plans.log):
+// bfloat16 softmax backward at n = 8 0.870 ms against 0.533 in 16-byte columns, 16 x 16384 x 1024 13.5 against 5.4;
+// the forwards' online pass ran slower so (float32 at n = 2 0.776 against 0.961, bfloat16 0.490 against 0.834).
+constexpr int kColumnUnroll = 4;
 
-template <class S>
+// The V elements base[index], base[index + 1], ... of this thread's columns (in memory or in a tile): one V-wide
+// access.
+template <class S, int V>
+__device__ __forceinline__ Vec<S, V>& columns_at(S* base, int64_t index) {
+  return *reinterpret_cast<Vec<S, V>*>(base + index);
+}
+template <class S, int V>
+__device__ __forceinline__ const Vec<S, V>& columns_at(const S* base, int64_t index) {
+  return *reinterpret_cast<const Vec<S, V>*>(base + index);
+}
+
+// Element 0 of thread t's first column: outer index t / (inner / V), columns (t % (inner / V)) V on.
+template <int V>
+__device__ __forceinline__ int64_t column_offset(int64_t t, int64_t n, int64_t inner) {
+  const int64_t vectors = inner / V;
+  return (t / vectors) * n * inner + (t % vectors) * V;
+}
+
+template <class S, int V>
 __global__ void __launch_bounds__(kColumnThreads)
     columns_forward(const S* __restrict__ x, S* __restrict__ y, int64_t outer, int64_t n, int64_t inner, bool log) {
   using N = Num<S>;
   using C = typename N::C;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kColumnThreads + threadIdx.x;
-  if (t >= outer * inner) return;
-  const int64_t offset = (t / inner) * n * inner + t % inner;
+  if (t >= outer * (inner / V)) return;
+  const int64_t offset = column_offset<V>(t, n, inner);
+  const auto row = [&](int64_t j) { return columns_at<S, V>(x, offset + j * inner); };
   // The online (max, sum) with the sum compensated (Kahan: `lost` holds what its additions rounded away): a column
   // adds its n terms one by one, and a plain sum's error grows with n (float64 log_softmax over dim 0 of
   // [600, 305] was 34 eps off, past the tests' bound of 32.5); the compensated one stays within a few ulp. The
   // terms are in [0, 1] or NaN, so no infinity enters the compensation. Branch-free, as the plain loop was: with a
   // branch around the rescaling (taken only when the max grows) the 1024 x 1024 x 1024 forward over dim 1 ran
   // 11-31 % slower.
-  C m = -INFINITY, s = 0, lost = 0;
+  C m[V], s[V], lost[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) m[k] = -INFINITY, s[k] = lost[k] = 0;
   for (int64_t j = 0; j < n; ++j) {
-    const C v = N::load(x[offset + j * inner]);
-    const C nm = max_nan(m, v);
-    const bool none = nm == -INFINITY;              // nothing but -inf so far: the sum stays 0
-    // 1 while the max stays, 0 while m was -inf, NaN after a NaN.
-    const C rescale = none ? C(1) : exp_term<S>(m - nm);
-    const C kept = s * rescale;
-    const C term = (none ? C(0) : exp_term<S>(v - nm)) - lost * rescale;
-    const C sum = kept + term;
-    lost = (sum - kept) - term;
-    s = sum;
-    m = nm;
+    const Vec<S, V> x_j = row(j);
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const C v = N::load(x_j.v[k]);
+      const C nm = max_nan(m[k], v);
+      const bool none = nm == -INFINITY;  // nothing but -inf so far: the sum stays 0
+      // 1 while the max stays, 0 while m was -inf, NaN after a NaN.
+      const C rescale = none ? C(1) : exp_term<S>(m[k] - nm);
+      const C kept = s[k] * rescale;
+      const C term = (none ? C(0) : exp_term<S>(v - nm)) - lost[k] * rescale;
+      const C sum = kept + term;
+      lost[k] = (sum - kept) - term;
+      s[k] = sum;
+      m[k] = nm;
+    }
   }
-  const ForwardOutput<S, C> output(s, log);
-  for (int64_t j = 0; j < n; ++j) y[offset + j * inner] = N::store(output(N::load(x[offset + j * inner]) - m));
+  ForwardOutput<S, C> output[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) output[k] = ForwardOutput<S, C>(s[k], log);
+  for (int64_t j = 0; j < n; ++j) {
+    const Vec<S, V> x_j = row(j);
+    Vec<S, V> y_j;
+#pragma unroll
+    for (int k = 0; k < V; ++k) y_j.v[k] = N::store(output[k](N::load(x_j.v[k]) - m[k]));
+    columns_at<S, V>(y, offset + j * inner) = y_j;
+  }
 }
 
-template <class S>
+template <class S, int V>
 __global__ void __launch_bounds__(kColumnThreads)
     columns_backward(const S* __restrict__ g, const S* __restrict__ y, S* __restrict__ gi, int64_t outer, int64_t n,
                      int64_t inner, bool log) {
   using N = Num<S>;
   using C = typename N::C;
   const int64_t t = static_cast<int64_t>(blockIdx.x) * kColumnThreads + threadIdx.x;
-  if (t >= outer * inner) return;
-  const int64_t offset = (t / inner) * n * inner + t % inner;
-  C d = 0;
-  for (int64_t j = 0; j < n; ++j) {
-    const C gk = N::load(g[offset + j * inner]);
-    d += log ? gk : gk * N::load(y[offset + j * inner]);
+  if (t >= outer * (inner / V)) return;
+  const int64_t offset = column_offset<V>(t, n, inner);
+  // (g, y) at row j; log_softmax's sum takes g alone.
+  struct Rows {
+    Vec<S, V> g, y;
+  };
+  const auto g_row = [&](int64_t j) { return Rows{columns_at<S, V>(g, offset + j * inner), {}}; };
+  const auto both_rows = [&](int64_t j) {
+    return Rows{columns_at<S, V>(g, offset + j * inner), columns_at<S, V>(y, offset + j * inner)};
+  };
+  C d[V] = {};
+  if (log) {
+    for_each_strided<kColumnUnroll>(0, n, 1, g_row, [&](int64_t, const Rows& r) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) d[k] += N::load(r.g.v[k]);
+    });
+  } else {
+    for_each_strided<kColumnUnroll>(0, n, 1, both_rows, [&](int64_t, const Rows& r) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) d[k] += N::load(r.g.v[k]) * N::load(r.y.v[k]);
+    });
   }
-  for (int64_t j = 0; j < n; ++j) {
-    const C gk = N::load(g[offset + j * inner]), yk = N::load(y[offset + j * inner]);
-    gi[offset + j * inner] = N::store(log ? gk - exp_for<S>(yk) * d : yk * (gk - d));
-  }
+  for_each_strided<kColumnUnroll>(0, n, 1, both_rows, [&](int64_t j, const Rows& r) {
+    Vec<S, V> gi_j;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const C gk = N::load(r.g.v[k]), yk = N::load(r.y.v[k]);
+      gi_j.v[k] = N::store(log ? gk - exp_for<S>(yk) * d[k] : yk * (gk - d[k]));
+    }
+    columns_at<S, V>(gi, offset + j * inner) = gi_j;
+  });
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -1112,6 +1174,7 @@ constexpr int kTileThreadsThree = 384, kTileThreadsFew = 512;
 constexpr int kTileUnroll = 8;
 constexpr int kTileMinWidth = 8;  // at most kThreads / 8 groups' partials to combine a column
 constexpr int64_t kTileMinRows = 512;
+constexpr int64_t kShortTileBytes = 64 * 1024, kShortTileMinBytes = 16 * 1024;  // columns shorter (plan_columns)
 constexpr int64_t kTileBytes = 72 * 1024;  // three blocks in an H100 SM's 228 KB
 
 // A thread's place in a tile: V neighbouring columns, `lane` of the `lanes` threads across the tile's width, rows
@@ -1166,17 +1229,6 @@ __device__ __forceinline__ Vec<C, V> filled(C value) {
 #pragma unroll
   for (int k = 0; k < V; ++k) r.v[k] = value;
   return r;
-}
-
-// The V elements base[index], base[index + 1], ... of this thread's columns (in memory or in the tile): one V-wide
-// access.
-template <class S, int V>
-__device__ __forceinline__ Vec<S, V>& columns_at(S* base, int64_t index) {
-  return *reinterpret_cast<Vec<S, V>*>(base + index);
-}
-template <class S, int V>
-__device__ __forceinline__ const Vec<S, V>& columns_at(const S* base, int64_t index) {
-  return *reinterpret_cast<const Vec<S, V>*>(base + index);
 }
 
 // Copies the tile's columns of `source` ([outer, n, inner]) into `tile` (n rows of width), kChunk columns a copy
@@ -1275,8 +1327,8 @@ __global__ void __launch_bounds__(kThreads)
 #pragma unroll
     for (int k = 0; k < kChunk; ++k) output[k] = ForwardOutput<S, C>(s.v[k], log);
   } else {
-    // partial holds the maxima in [0, width) and the sums in [width, 2 width): a chunked tile is at most 128 bytes
-    // wide (plan_columns), 64 columns, and kThreads at least 384.
+    // partial holds the maxima in [0, width) and the sums in [width, 2 width): a chunked forward tile is at most 128
+    // columns wide (plan_columns, tile_chunk), and kThreads at least 384.
     if (at.active && at.group == 0)
 #pragma unroll
       for (int k = 0; k < V; ++k) {
@@ -1857,15 +1909,16 @@ int tile_chunk(bool backward, SoftmaxShape shape, int64_t width, const S* a, con
 //   8, 32-byte rows: 7.17). bfloat16 backward 3.80 in 16 (32-byte rows, 64 KB) and 4.21 in 32 (128 KB) against 4.96.
 // - 16 x 4096 x 4096 float32 forward 1.53 in 8 against 1.81; 2048 x 2048 x 8 float32 forward 0.15 against 0.74
 //   (inner 8: a warp of the columns kernel reads 4 outer indices' short rows).
-// - Shorter columns ran slower in tiles (4096 x 32 x 1024 float32 forward 2.04 against 0.53, 8 x 300 x 131072
-//   1.51 against 1.35): a block's tile is small, and the columns kernel's second pass finds more in L2.
+// - Shorter columns ran slower in such narrow tiles (4096 x 32 x 1024 float32 forward 2.04 against 0.53, 8 x 300 x
+//   131072 1.51 against 1.35): a block's tile is small, and the columns kernel's second pass finds more in L2.
+//   Columns shorter than kTileMinRows take wider tiles, or none (below).
 // - 16-bit forwards over 32 or more columns ran slower in tiles of one column a thread (1024 x 1024 x 1024
 //   bfloat16: 3.50 in 16 and 3.76 in 32 against 2.91; 16 x 4096 x 4096: 1.53 in 8 against 1.38) and faster in
 //   tiles of two (tile_chunk: 2.49 in 32; 1.04 in 16): without two, they take the columns kernels.
 // With 16-byte chunks (results/h100-2026-11-27/ab_tile_chunks.log), 64-byte rows still ran the float32 softmax
 // forward faster than 128-byte ones (3.06 ms against 3.22; log_softmax's forward and backward 1-2 % slower).
-// ACTIVATIONS_SOFTMAX_PLAN (see plan_rows) forces "columns" or "tiles,W" (W columns, where the tile fits one
-// block), for timing the alternatives.
+// ACTIVATIONS_SOFTMAX_PLAN (see plan_rows) forces "columns" (also "columns,1" and "columns,16": column_vector) or
+// "tiles,W" (W columns, where the tile fits one block), for timing the alternatives.
 template <class S>
 int plan_columns(bool backward, bool log, SoftmaxShape shape, const S* a, const S* b, const S* out) {
   const int64_t limit = device_info().shared_per_block - kTileStaticShared<S>;
@@ -1876,30 +1929,75 @@ int plan_columns(bool backward, bool log, SoftmaxShape shape, const S* a, const 
   };
   const char* forced = getenv("ACTIVATIONS_SOFTMAX_PLAN");
   int forced_width = 0;
-  if (forced != nullptr && strcmp(forced, "columns") == 0) return 0;
+  if (forced != nullptr && strncmp(forced, "columns", 7) == 0) return 0;
   if (forced != nullptr && sscanf(forced, "tiles,%d", &forced_width) == 1 && forced_width >= kTileMinWidth) {
     const int64_t width = std::min<int64_t>(forced_width, shape.inner);
     if (width >= kTileMinWidth && fits(width, limit)) return static_cast<int>(width);
   }
-  if (shape.n < kTileMinRows) return 0;
   int64_t width = std::min<int64_t>(shape.inner, 128 / sizeof(S));
   const auto halve = [&](int64_t budget, int64_t segment_bytes) {
     while (!fits(width, budget) && width * static_cast<int64_t>(sizeof(S)) > segment_bytes &&
            width / 2 >= kTileMinWidth)
       width /= 2;
   };
-  // 16-bit backwards copied in 16-byte chunks keep 64-byte rows where the tile then takes a whole SM: bfloat16
-  // softmax backward over dim 1 of 1024^3 2.27 ms in 64-byte rows (128 KB, g and y) against 2.55 in 32-byte ones
-  // (three blocks an SM; results/h100-2026-11-27/plans_16bit_backward_tiles.log). The 16-bit forwards' passes over
-  // shared memory take longer, and need other blocks beside them (one 128 KB tile an SM ran the bfloat16 forward at
-  // 55 % of a copy, tile_chunks_prototype.log).
-  constexpr int kWide = 16 / sizeof(S);
-  const bool chunked_backward = backward && tile_chunk<S>(backward, shape, kWide, a, b, out) == kWide;
-  halve(kTileBytes, sizeof(S) == 2 && !chunked_backward ? 32 : 64);
+  if (shape.n < kTileMinRows) {
+    // Short columns: the widest tile whose every staged tensor holds at most kShortTileBytes, of at most 256
+    // columns (forwards 128, so that they copy in 16-byte chunks: tile_chunk), where the tile holds at least
+    // kShortTileMinBytes; a smaller one gives its block too little to do, and the columns kernels run faster. H100,
+    // softmax over dim 1 of [2^28 / (n inner), n, inner] (results/h100-2026-11-27/short_n_plans.log,
+    // short_n_plans2.log), float32: at n = 64 forward 0.716 ms in 128 columns against 1.100 in the columns kernel,
+    // backward 1.05 in 64-256 against 1.84; at n = 16 backward 1.049 in 256 against 1.480; at n = 256 forward 0.723
+    // in 64 (64 KB) against 0.790 in 128; bfloat16 at n = 128 forward 0.416 in 128 against 0.627. At n = 16 the
+    // float32 forward in 128 columns (8 KB) ran 1.349 ms against 0.773 in the columns kernel.
+    width = std::min<int64_t>(shape.inner, backward ? 256 : 128);
+    while (shape.n * width * static_cast<int64_t>(sizeof(S)) > kShortTileBytes && width / 2 >= kTileMinWidth)
+      width /= 2;
+    if (tile_bytes<S>(backward, log, shape.n, width) < kShortTileMinBytes) return 0;
+  } else {
+    // 16-bit backwards copied in 16-byte chunks keep 64-byte rows where the tile then takes a whole SM: bfloat16
+    // softmax backward over dim 1 of 1024^3 2.27 ms in 64-byte rows (128 KB, g and y) against 2.55 in 32-byte ones
+    // (three blocks an SM; results/h100-2026-11-27/plans_16bit_backward_tiles.log). The 16-bit forwards' passes
+    // over shared memory take longer, and need other blocks beside them (one 128 KB tile an SM ran the bfloat16
+    // forward at 55 % of a copy, tile_chunks_prototype.log).
+    constexpr int kWide = 16 / sizeof(S);
+    const bool chunked_backward = backward && tile_chunk<S>(backward, shape, kWide, a, b, out) == kWide;
+    halve(kTileBytes, sizeof(S) == 2 && !chunked_backward ? 32 : 64);
+  }
   halve(limit, 0);
   if (!backward && sizeof(S) == 2 && shape.inner >= 32 && tile_chunk<S>(backward, shape, width, a, b, out) == 1)
     return 0;
   return width >= kTileMinWidth && fits(width, limit) ? static_cast<int>(width) : 0;
+}
+
+// Columns a thread of the columns kernels: 16 bytes of them where a column is at most 16 bytes, inner a multiple
+// and every pointer on the 16-byte grid, and the threads still fill every SM; else one (columns_forward). H100,
+// over dim 1 (short_n_plans*.log): 16 bytes ran faster at n = 2 (float32) and n = 2-8 (bfloat16) both ways, one at
+// n = 8 (float32 forward 0.781 ms against 1.057, backward 1.098 against 1.236) and at n = 16-32 (bfloat16 forward
+// 0.464 against 0.539). Forced plans (ACTIVATIONS_SOFTMAX_PLAN) "columns,1" and "columns,16" take one and 16
+// bytes (where inner and the pointers allow), for timing and tests.
+template <class S>
+int column_vector(SoftmaxShape shape, const S* a, const S* b, const S* out) {
+  constexpr int kWide = 16 / sizeof(S);
+  const auto aligned = [](const S* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  const bool fit = shape.inner % kWide == 0 && aligned(a) && aligned(b) && aligned(out);
+  const char* forced = getenv("ACTIVATIONS_SOFTMAX_PLAN");
+  if (forced != nullptr && strcmp(forced, "columns,1") == 0) return 1;
+  if (forced != nullptr && strcmp(forced, "columns,16") == 0) return fit ? kWide : 1;
+  const bool short_columns = shape.n * static_cast<int64_t>(sizeof(S)) <= 16;
+  const bool fills = shape.outer * (shape.inner / kWide) >= 2048 * static_cast<int64_t>(device_info().sms);
+  return fit && short_columns && fills ? kWide : 1;
+}
+
+template <class S, bool kBackward, int V>
+const char* run_columns_kernel(bool log, SoftmaxShape shape, const S* pa, const S* pb, S* po, cudaStream_t stream) {
+  const int64_t threads = shape.outer * (shape.inner / V);
+  const auto blocks = static_cast<unsigned>((threads + kColumnThreads - 1) / kColumnThreads);
+  if constexpr (kBackward) {
+    columns_backward<S, V><<<blocks, kColumnThreads, 0, stream>>>(pa, pb, po, shape.outer, shape.n, shape.inner, log);
+  } else {
+    columns_forward<S, V><<<blocks, kColumnThreads, 0, stream>>>(pa, po, shape.outer, shape.n, shape.inner, log);
+  }
+  return last_error();
 }
 
 // Launches the tile kernel of kThreads threads a block, kChunk columns a copy.
@@ -1948,14 +2046,10 @@ const char* run_columns(bool log, SoftmaxShape shape, const void* a, const void*
     return few ? run_tiles<S, kBackward, kTileThreadsFew>(chunk, log, shape, width, pa, pb, po, stream)
                : run_tiles<S, kBackward, kTileThreadsThree>(chunk, log, shape, width, pa, pb, po, stream);
   }
-  const int64_t columns = shape.outer * shape.inner;
-  const auto blocks = static_cast<unsigned>((columns + kColumnThreads - 1) / kColumnThreads);
-  if constexpr (kBackward) {
-    columns_backward<S><<<blocks, kColumnThreads, 0, stream>>>(pa, pb, po, shape.outer, shape.n, shape.inner, log);
-  } else {
-    columns_forward<S><<<blocks, kColumnThreads, 0, stream>>>(pa, po, shape.outer, shape.n, shape.inner, log);
-  }
-  return last_error();
+  constexpr int kWide = 16 / sizeof(S);
+  if (column_vector<S>(shape, pa, pb, po) == kWide)
+    return run_columns_kernel<S, kBackward, kWide>(log, shape, pa, pb, po, stream);
+  return run_columns_kernel<S, kBackward, 1>(log, shape, pa, pb, po, stream);
 }
 
 template <class S>
