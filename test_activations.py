@@ -1242,11 +1242,12 @@ def test_softmax_over_a_leading_dim_matches_float64(name, device, dtype):
 # [outer, n, inner] shapes for the CUDA column paths (plan_columns): tiles as wide as a row of the slab (inner 8),
 # tiles narrower than it (inner 24: two of 12 columns in float32), tiles of 16 columns and a narrower last one
 # (inner 100), tiles halved until one fills a block's shared memory (n 4000), short columns in wide tiles (n 64
-# and 33 over inner 300: 128 and 256 columns and a narrower last tile; the 16-bit forwards at n 33 in the columns
-# kernel), and, by default, the columns kernels for columns too long for any tile
-# (n 20000), too short (n 8) or too few (inner 3), 16 bytes of them a thread at n 4 (column_vector; on a GPU of
-# up to 135 SMs). Each is also run with the path forced (ACTIVATIONS_SOFTMAX_PLAN): the columns kernels
-# everywhere, one column and 16 bytes of columns a thread, tiles of 8 and 64 columns wherever they fit.
+# and 33 over inner 300: 128 and 256 columns and a narrower last tile), and, by default, columns too long for any
+# tile (n 20000), too short (n 8, the 16-bit forwards at n 33) or too few (inner 3) in the split columns kernels
+# (fewer columns than fill a GPU one a thread), and 2240 x 1000 columns of 4 in the columns kernels, 16 bytes of
+# them a thread (column_vector; on a GPU of up to 136 SMs). Each is also run with the path forced
+# (ACTIVATIONS_SOFTMAX_PLAN): the columns kernels everywhere (one column and 16 bytes of columns a thread too), the
+# split columns kernels everywhere, tiles of 8 and 64 columns wherever they fit.
 # Tiles are copied in 16-byte chunks where inner and the width are multiples of 16 bytes and every operand is
 # 16-byte aligned (inner 8, 24 and 64 in every dtype, 100 in float32 and float64); else the 16-bit forward's in
 # chunks of two columns where inner and the width are even and both operands 4-byte aligned (inner 100), else of
@@ -1262,8 +1263,8 @@ def at_odd_offset(t):
 
 
 @requires_cuda
-@pytest.mark.parametrize("plan", ["default", "columns", "columns,1", "columns,16", "tiles,8", "tiles,11", "tiles,64",
-                                  "misaligned"])
+@pytest.mark.parametrize("plan", ["default", "columns", "columns,1", "columns,16", "columns,split", "tiles,8",
+                                  "tiles,11", "tiles,64", "misaligned"])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("shape", SOFTMAX_COLUMN_SHAPES, ids=lambda s: "x".join(map(str, s)))
 @pytest.mark.parametrize("name", SOFTMAX_OPS)
@@ -1974,9 +1975,11 @@ def test_compute_sanitizer_memcheck_is_clean(tmp_path):
                         y = getattr(activations, name)(x.requires_grad_(), -1)
                         torch.autograd.grad(y, x, torch.randn_like(y))
             # Columns: in tiles (the last one narrower at inner 100 and 300; copied in 16-byte chunks, and off the
-            # 16-byte grid in narrower ones) and by the columns kernels (n 9), one column a thread and, forced, 16
-            # bytes of them (inner 16).
+            # 16-byte grid in narrower ones), by the split columns kernels (n 9 by default, then forced: the last
+            # block narrower at inner 100) and, forced, by the columns kernels: one column a thread and 16 bytes of
+            # them (inner 16).
             for plan, shapes in ((None, ((2, 600, 8), (2, 700, 100), (2, 64, 300), (3, 9, 5))),
+                                 ("columns,split", ((2, 700, 100), (3, 9, 16))), ("columns,1", ((3, 9, 5),)),
                                  ("columns,16", ((3, 9, 16),))):
                 if plan is not None:
                     os.environ["ACTIVATIONS_SOFTMAX_PLAN"] = plan

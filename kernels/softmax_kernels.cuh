@@ -1057,6 +1057,32 @@ __device__ __forceinline__ const Vec<S, V>& columns_at(const S* base, int64_t in
   return *reinterpret_cast<const Vec<S, V>*>(base + index);
 }
 
+// A column's online max m and sum s of exp(v - m), the sum compensated (Kahan: `lost` holds what its additions
+// rounded away): a column adds its n terms one by one, and a plain sum's error grows with n (float64 log_softmax
+// over dim 0 of [600, 305] was 34 eps off, past the tests' bound of 32.5); the compensated one stays within a few
+// ulp. The terms are in [0, 1] or NaN, so no infinity enters the compensation. Branch-free, as the plain loop was:
+// with a branch around the rescaling (taken only when the max grows) the 1024 x 1024 x 1024 forward over dim 1 ran
+// 11-31 % slower.
+template <class S>
+struct OnlineSum {
+  using C = typename Num<S>::C;
+  C m = -INFINITY, s = 0, lost = 0;
+  __device__ __forceinline__ void add(C v) {
+    const C nm = max_nan(m, v);
+    const bool none = nm == -INFINITY;  // nothing but -inf so far: the sum stays 0
+    // 1 while the max stays, 0 while m was -inf, NaN after a NaN.
+    const C rescale = none ? C(1) : exp_term<S>(m - nm);
+    const C kept = s * rescale;
+    const C term = (none ? C(0) : exp_term<S>(v - nm)) - lost * rescale;
+    const C sum = kept + term;
+    lost = (sum - kept) - term;
+    s = sum;
+    m = nm;
+  }
+  // The sum rescaled to a larger max: 0 where nothing but -inf was added, NaN where max or m is NaN or both +inf.
+  __device__ __forceinline__ C sum_at(C max) const { return m == -INFINITY ? C(0) : (s - lost) * exp_term<S>(m - max); }
+};
+
 // Element 0 of thread t's first column: outer index t / (inner / V), columns (t % (inner / V)) V on.
 template <int V>
 __device__ __forceinline__ int64_t column_offset(int64_t t, int64_t n, int64_t inner) {
@@ -1073,32 +1099,15 @@ __global__ void __launch_bounds__(kColumnThreads)
   if (t >= outer * (inner / V)) return;
   const int64_t offset = column_offset<V>(t, n, inner);
   const auto row = [&](int64_t j) { return columns_at<S, V>(x, offset + j * inner); };
-  // The online (max, sum) with the sum compensated (Kahan: `lost` holds what its additions rounded away): a column
-  // adds its n terms one by one, and a plain sum's error grows with n (float64 log_softmax over dim 0 of
-  // [600, 305] was 34 eps off, past the tests' bound of 32.5); the compensated one stays within a few ulp. The
-  // terms are in [0, 1] or NaN, so no infinity enters the compensation. Branch-free, as the plain loop was: with a
-  // branch around the rescaling (taken only when the max grows) the 1024 x 1024 x 1024 forward over dim 1 ran
-  // 11-31 % slower.
-  C m[V], s[V], lost[V];
-#pragma unroll
-  for (int k = 0; k < V; ++k) m[k] = -INFINITY, s[k] = lost[k] = 0;
+  OnlineSum<S> sums[V];
   for (int64_t j = 0; j < n; ++j) {
     const Vec<S, V> x_j = row(j);
 #pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const C v = N::load(x_j.v[k]);
-      const C nm = max_nan(m[k], v);
-      const bool none = nm == -INFINITY;  // nothing but -inf so far: the sum stays 0
-      // 1 while the max stays, 0 while m was -inf, NaN after a NaN.
-      const C rescale = none ? C(1) : exp_term<S>(m[k] - nm);
-      const C kept = s[k] * rescale;
-      const C term = (none ? C(0) : exp_term<S>(v - nm)) - lost[k] * rescale;
-      const C sum = kept + term;
-      lost[k] = (sum - kept) - term;
-      s[k] = sum;
-      m[k] = nm;
-    }
+    for (int k = 0; k < V; ++k) sums[k].add(N::load(x_j.v[k]));
   }
+  C m[V], s[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) m[k] = sums[k].m, s[k] = sums[k].s;
   ForwardOutput<S, C> output[V];
 #pragma unroll
   for (int k = 0; k < V; ++k) output[k] = ForwardOutput<S, C>(s[k], log);
@@ -1422,6 +1431,86 @@ __global__ void __launch_bounds__(kThreads, kThreads == kTileThreadsThree && siz
 }
 
 // ---------------------------------------------------------------------------------------------------------------
+// Long columns, too few of them to fill the GPU one a thread: a block takes `width` neighbouring columns of one
+// outer index, placed as a tile's threads are (TilePosition, V columns a thread: a warp reads whole row segments),
+// each thread an online (max, sum) over its rows in global memory, the groups' results combined in `partial`, then
+// the output written in a second pass over global memory. Its reads are three to the floor's two (the backward five
+// to three), where the columns kernels ran a thread a column: H100, softmax over dim 1 of 16 x 16384 x 1024, 16384
+// threads, float32 forward 5.7 ms, 13 % of the floor (torch 20.0).
+
+constexpr int kSplitColumnThreads = 512;
+
+template <class S, int V>
+__global__ void __launch_bounds__(kSplitColumnThreads)
+    split_columns_forward(const S* __restrict__ x, S* __restrict__ y, int64_t n, int64_t inner, int width,
+                          int64_t tiles, bool log) {
+  using N = Num<S>;
+  using C = typename N::C;
+  __shared__ C partial[kSplitColumnThreads];
+  const TilePosition at(n, inner, width, tiles, kSplitColumnThreads, V);
+  OnlineSum<S> sums[V];
+  if (at.active)
+    for (int64_t j = at.group; j < n; j += at.groups) {
+      const Vec<S, V> x_j = columns_at<S, V>(x, at.offset + j * inner);
+#pragma unroll
+      for (int k = 0; k < V; ++k) sums[k].add(N::load(x_j.v[k]));
+    }
+  Vec<C, V> m, s;
+#pragma unroll
+  for (int k = 0; k < V; ++k) m.v[k] = sums[k].m;
+  combine_groups(m, Max{}, partial, at);
+#pragma unroll
+  for (int k = 0; k < V; ++k) s.v[k] = sums[k].sum_at(m.v[k]);
+  combine_groups(s, Sum{}, partial, at);
+  if (!at.active) return;
+  ForwardOutput<S, C> output[V];
+#pragma unroll
+  for (int k = 0; k < V; ++k) output[k] = ForwardOutput<S, C>(s.v[k], log);
+  for (int64_t j = at.group; j < n; j += at.groups) {
+    const Vec<S, V> x_j = columns_at<S, V>(x, at.offset + j * inner);
+    Vec<S, V> y_j;
+#pragma unroll
+    for (int k = 0; k < V; ++k) y_j.v[k] = N::store(output[k](N::load(x_j.v[k]) - m.v[k]));
+    columns_at<S, V>(y, at.offset + j * inner) = y_j;
+  }
+}
+
+template <class S, int V>
+__global__ void __launch_bounds__(kSplitColumnThreads)
+    split_columns_backward(const S* __restrict__ g, const S* __restrict__ y, S* __restrict__ gi, int64_t n,
+                           int64_t inner, int width, int64_t tiles, bool log) {
+  using N = Num<S>;
+  using C = typename N::C;
+  __shared__ C partial[kSplitColumnThreads];
+  const TilePosition at(n, inner, width, tiles, kSplitColumnThreads, V);
+  Vec<C, V> d = filled<C, V>(0);
+  if (at.active)
+    for (int64_t j = at.group; j < n; j += at.groups) {
+      const Vec<S, V> g_j = columns_at<S, V>(g, at.offset + j * inner);
+      if (log) {
+#pragma unroll
+        for (int k = 0; k < V; ++k) d.v[k] += N::load(g_j.v[k]);
+      } else {
+        const Vec<S, V> y_j = columns_at<S, V>(y, at.offset + j * inner);
+#pragma unroll
+        for (int k = 0; k < V; ++k) d.v[k] += N::load(g_j.v[k]) * N::load(y_j.v[k]);
+      }
+    }
+  combine_groups(d, Sum{}, partial, at);
+  if (!at.active) return;
+  for (int64_t j = at.group; j < n; j += at.groups) {
+    const Vec<S, V> g_j = columns_at<S, V>(g, at.offset + j * inner), y_j = columns_at<S, V>(y, at.offset + j * inner);
+    Vec<S, V> gi_j;
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      const C gk = N::load(g_j.v[k]), yk = N::load(y_j.v[k]);
+      gi_j.v[k] = N::store(log ? gk - exp_for<S>(yk) * d.v[k] : yk * (gk - d.v[k]));
+    }
+    columns_at<S, V>(gi, at.offset + j * inner) = gi_j;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------------------------
 // Host side: choosing a path and launching it.
 
 struct DeviceInfo {
@@ -1502,6 +1591,12 @@ inline int64_t staged_part(int64_t span, int cluster, int vec) {
 inline bool vectors_line_up(const void* a, const void* b, const void* c) {
   const auto residue = [](const void* p) { return reinterpret_cast<uintptr_t>(p) % 16; };
   return residue(a) == residue(c) && (b == nullptr || residue(b) == residue(a));
+}
+
+// Whether every operand (b may be null) starts on the 16-byte grid.
+inline bool on_16_byte_grid(const void* a, const void* b, const void* c) {
+  const auto on = [](const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+  return on(a) && on(b) && on(c);
 }
 
 // The plan for a call over `rows` rows of n elements (forward: a = x, b null; backward: a = grad_out, b = output).
@@ -1978,14 +2073,29 @@ int plan_columns(bool backward, bool log, SoftmaxShape shape, const S* a, const 
 template <class S>
 int column_vector(SoftmaxShape shape, const S* a, const S* b, const S* out) {
   constexpr int kWide = 16 / sizeof(S);
-  const auto aligned = [](const S* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; };
-  const bool fit = shape.inner % kWide == 0 && aligned(a) && aligned(b) && aligned(out);
+  const bool fit = shape.inner % kWide == 0 && on_16_byte_grid(a, b, out);
   const char* forced = getenv("ACTIVATIONS_SOFTMAX_PLAN");
   if (forced != nullptr && strcmp(forced, "columns,1") == 0) return 1;
   if (forced != nullptr && strcmp(forced, "columns,16") == 0) return fit ? kWide : 1;
   const bool short_columns = shape.n * static_cast<int64_t>(sizeof(S)) <= 16;
   const bool fills = shape.outer * (shape.inner / kWide) >= 2048 * static_cast<int64_t>(device_info().sms);
   return fit && short_columns && fills ? kWide : 1;
+}
+
+// The width of the split columns kernels' blocks, or 0 for the columns kernels: columns too few to fill every SM
+// one a thread take blocks of up to 32 threads across (of `vector` columns each), narrowed while they make fewer
+// than four blocks an SM. A forced plan "columns,split" takes them at any shape, the other "columns" plans never.
+template <class S>
+int split_column_width(SoftmaxShape shape, int vector) {
+  const char* forced = getenv("ACTIVATIONS_SOFTMAX_PLAN");
+  const bool force = forced != nullptr && strcmp(forced, "columns,split") == 0;
+  if (forced != nullptr && strncmp(forced, "columns", 7) == 0 && !force) return 0;
+  const int64_t sms = device_info().sms;
+  if (!force && shape.outer * shape.inner >= 2048 * sms) return 0;
+  int64_t width = std::min<int64_t>(shape.inner, 32 * vector);
+  const auto blocks = [&](int64_t w) { return shape.outer * ((shape.inner + w - 1) / w); };
+  while (blocks(width) < 4 * sms && width % (2 * vector) == 0) width /= 2;
+  return blocks(width) <= 0x7fffffff ? static_cast<int>(width) : 0;
 }
 
 template <class S, bool kBackward, int V>
@@ -1996,6 +2106,21 @@ const char* run_columns_kernel(bool log, SoftmaxShape shape, const S* pa, const 
     columns_backward<S, V><<<blocks, kColumnThreads, 0, stream>>>(pa, pb, po, shape.outer, shape.n, shape.inner, log);
   } else {
     columns_forward<S, V><<<blocks, kColumnThreads, 0, stream>>>(pa, po, shape.outer, shape.n, shape.inner, log);
+  }
+  return last_error();
+}
+
+template <class S, bool kBackward, int V>
+const char* run_split_columns(bool log, SoftmaxShape shape, int width, const S* pa, const S* pb, S* po,
+                              cudaStream_t stream) {
+  const int64_t tiles = (shape.inner + width - 1) / width;
+  const auto blocks = static_cast<unsigned>(shape.outer * tiles);
+  if constexpr (kBackward) {
+    split_columns_backward<S, V><<<blocks, kSplitColumnThreads, 0, stream>>>(pa, pb, po, shape.n, shape.inner, width,
+                                                                              tiles, log);
+  } else {
+    split_columns_forward<S, V><<<blocks, kSplitColumnThreads, 0, stream>>>(pa, po, shape.n, shape.inner, width, tiles,
+                                                                             log);
   }
   return last_error();
 }
@@ -2047,6 +2172,11 @@ const char* run_columns(bool log, SoftmaxShape shape, const void* a, const void*
                : run_tiles<S, kBackward, kTileThreadsThree>(chunk, log, shape, width, pa, pb, po, stream);
   }
   constexpr int kWide = 16 / sizeof(S);
+  const int vector = shape.inner % kWide == 0 && on_16_byte_grid(pa, pb, po) ? kWide : 1;
+  if (const int width = split_column_width<S>(shape, vector)) {
+    return vector == kWide ? run_split_columns<S, kBackward, kWide>(log, shape, width, pa, pb, po, stream)
+                           : run_split_columns<S, kBackward, 1>(log, shape, width, pa, pb, po, stream);
+  }
   if (column_vector<S>(shape, pa, pb, po) == kWide)
     return run_columns_kernel<S, kBackward, kWide>(log, shape, pa, pb, po, stream);
   return run_columns_kernel<S, kBackward, 1>(log, shape, pa, pb, po, stream);
