@@ -8,27 +8,16 @@ with % of the floor at 3.0 TB/s (read once and written once; the backward reads 
 """
 
 import os
-import statistics
 import sys
 
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import activations  # noqa: E402,F401  (registers torch.ops.activations)
+from softmax_plans import time_ms  # noqa: E402
 
 FLOOR_BYTES_PER_S = 3.0e12
-
-
-def time_ms(fn, reps=15):
-    for _ in range(3):
-        fn()
-    events = [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)) for _ in range(reps)]
-    for start, end in events:
-        start.record()
-        fn()
-        end.record()
-    torch.cuda.synchronize()
-    return statistics.median(start.elapsed_time(end) for start, end in events)
 
 
 def default_shapes(total=1 << 28):
