@@ -1041,6 +1041,7 @@ __global__ void __launch_bounds__(kSplitThreads)
 // against 0.785. Longer columns ran faster in one column a thread (float32 forward at n = 8: 0.781 against 1.057).
 
 constexpr int kColumnThreads = 256;
+constexpr int64_t kThreadsAnSM = 2048;  // an SM's resident threads (sm_80, sm_90; 1536 on sm_86, sm_89)
 // Rows a backward thread has in flight at once. H100, over dim 1 (short_n_plans2.log against short_n_plans.log):
 // bfloat16 softmax backward at n = 8 0.870 ms against 0.533 in 16-byte columns, 16 x 16384 x 1024 13.5 against 5.4;
 // the forwards' online pass ran slower so (float32 at n = 2 0.776 against 0.961, bfloat16 0.490 against 0.834).
@@ -1105,17 +1106,14 @@ __global__ void __launch_bounds__(kColumnThreads)
 #pragma unroll
     for (int k = 0; k < V; ++k) sums[k].add(N::load(x_j.v[k]));
   }
-  C m[V], s[V];
-#pragma unroll
-  for (int k = 0; k < V; ++k) m[k] = sums[k].m, s[k] = sums[k].s;
   ForwardOutput<S, C> output[V];
 #pragma unroll
-  for (int k = 0; k < V; ++k) output[k] = ForwardOutput<S, C>(s[k], log);
+  for (int k = 0; k < V; ++k) output[k] = ForwardOutput<S, C>(sums[k].s, log);
   for (int64_t j = 0; j < n; ++j) {
     const Vec<S, V> x_j = row(j);
     Vec<S, V> y_j;
 #pragma unroll
-    for (int k = 0; k < V; ++k) y_j.v[k] = N::store(output[k](N::load(x_j.v[k]) - m[k]));
+    for (int k = 0; k < V; ++k) y_j.v[k] = N::store(output[k](N::load(x_j.v[k]) - sums[k].m));
     columns_at<S, V>(y, offset + j * inner) = y_j;
   }
 }
@@ -2079,7 +2077,7 @@ int column_vector(SoftmaxShape shape, const S* a, const S* b, const S* out) {
   if (forced != nullptr && strcmp(forced, "columns,1") == 0) return 1;
   if (forced != nullptr && strcmp(forced, "columns,16") == 0) return fit ? kWide : 1;
   const bool short_columns = shape.n * static_cast<int64_t>(sizeof(S)) <= 16;
-  const bool fills = shape.outer * (shape.inner / kWide) >= 2048 * static_cast<int64_t>(device_info().sms);
+  const bool fills = shape.outer * (shape.inner / kWide) >= kThreadsAnSM * device_info().sms;
   return fit && short_columns && fills ? kWide : 1;
 }
 
@@ -2092,7 +2090,7 @@ int split_column_width(SoftmaxShape shape, int vector) {
   const bool force = forced != nullptr && strcmp(forced, "columns,split") == 0;
   if (forced != nullptr && strncmp(forced, "columns", 7) == 0 && !force) return 0;
   const int64_t sms = device_info().sms;
-  if (!force && shape.outer * shape.inner >= 2048 * sms) return 0;
+  if (!force && shape.outer * shape.inner >= kThreadsAnSM * sms) return 0;
   int64_t width = std::min<int64_t>(shape.inner, 32 * vector);
   const auto blocks = [&](int64_t w) { return shape.outer * ((shape.inner + w - 1) / w); };
   while (blocks(width) < 4 * sms && width % (2 * vector) == 0) width /= 2;
