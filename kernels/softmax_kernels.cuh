@@ -35,6 +35,7 @@
 #include <algorithm>
 #include <iterator>
 #include <type_traits>
+#include <utility>
 
 #include "cluster_launch.cuh"
 #include "softmax_launch.cuh"
@@ -1830,6 +1831,19 @@ int64_t staged_clusters(Kernel kernel, const Plan& plan, bool backward, int64_t 
   return k.clusters > 0 ? std::min<int64_t>(rows, k.clusters) : rows;
 }
 
+// pick(elements, threads) of the entry of kConfigs that is `config`, as compile-time constants: every entry's
+// kernels are instantiated from the table itself.
+template <class Pick, size_t... I>
+const char* pick_config(RegConfig config, Pick&& pick, std::index_sequence<I...>) {
+  const char* result = "internal error: unknown register configuration";
+  const auto is = [&](RegConfig c) { return config.threads == c.threads && config.elements == c.elements; };
+  ((is(kConfigs[I]) && (result = pick(std::integral_constant<int, kConfigs[I].elements>{},
+                                      std::integral_constant<int, kConfigs[I].threads>{}),
+                        true)) ||
+   ...);
+  return result;
+}
+
 // Calls fn(Kernel<S, V, E, T>) for the plan's register configuration.
 template <class S, int V, bool kBackward, class Fn>
 const char* with_reg_kernel(const Plan& plan, bool log, Fn&& fn) {
@@ -1843,23 +1857,7 @@ const char* with_reg_kernel(const Plan& plan, bool log, Fn&& fn) {
       return fn(regs_forward<S, V, E, T>);
     }
   };
-  using std::integral_constant;
-#define ACTIVATIONS_SOFTMAX_CONFIG(T, E)           \
-  if (plan.config.threads == T && plan.config.elements == E) \
-    return pick(integral_constant<int, E>{}, integral_constant<int, T>{});
-  ACTIVATIONS_SOFTMAX_CONFIG(4, 8)
-  ACTIVATIONS_SOFTMAX_CONFIG(8, 8)
-  ACTIVATIONS_SOFTMAX_CONFIG(16, 8)
-  ACTIVATIONS_SOFTMAX_CONFIG(32, 8)
-  ACTIVATIONS_SOFTMAX_CONFIG(16, 16)
-  ACTIVATIONS_SOFTMAX_CONFIG(32, 16)
-  ACTIVATIONS_SOFTMAX_CONFIG(64, 16)
-  ACTIVATIONS_SOFTMAX_CONFIG(32, 32)
-  ACTIVATIONS_SOFTMAX_CONFIG(128, 16)
-  ACTIVATIONS_SOFTMAX_CONFIG(256, 16)
-  ACTIVATIONS_SOFTMAX_CONFIG(256, 32)
-#undef ACTIVATIONS_SOFTMAX_CONFIG
-  return "internal error: unknown register configuration";
+  return pick_config(plan.config, pick, std::make_index_sequence<std::size(kConfigs)>{});
 }
 
 // Lets `kernel` take up to the device's most dynamic shared memory, with the L1 cache carved out to the least,
