@@ -2009,8 +2009,9 @@ int tile_chunk(bool backward, SoftmaxShape shape, int64_t width, const S* a, con
 //   tiles of two (tile_chunk: 2.49 in 32; 1.04 in 16): without two, they take the columns kernels.
 // With 16-byte chunks (results/h100-2026-11-27/ab_tile_chunks.log), 64-byte rows still ran the float32 softmax
 // forward faster than 128-byte ones (3.06 ms against 3.22; log_softmax's forward and backward 1-2 % slower).
-// ACTIVATIONS_SOFTMAX_PLAN (see plan_rows) forces "columns" (also "columns,1" and "columns,16": column_vector) or
-// "tiles,W" (W columns, where the tile fits one block), for timing the alternatives.
+// ACTIVATIONS_SOFTMAX_PLAN (see plan_rows) forces "columns" (also "columns,1" and "columns,16": column_vector;
+// "columns,split": split_column_width) or "tiles,W" (W columns, where the tile fits one block), for timing the
+// alternatives.
 template <class S>
 int plan_columns(bool backward, bool log, SoftmaxShape shape, const S* a, const S* b, const S* out) {
   const int64_t limit = device_info().shared_per_block - kTileStaticShared<S>;
@@ -2065,18 +2066,16 @@ int plan_columns(bool backward, bool log, SoftmaxShape shape, const S* a, const 
 // and every pointer on the 16-byte grid, and the threads still fill every SM; else one (columns_forward). H100,
 // over dim 1 (short_n_plans*.log): 16 bytes ran faster at n = 2 (float32) and n = 2-8 (bfloat16) both ways, one at
 // n = 8 (float32 forward 0.781 ms against 1.057, backward 1.098 against 1.236) and at n = 16-32 (bfloat16 forward
-// 0.464 against 0.539). Forced plans (ACTIVATIONS_SOFTMAX_PLAN) "columns,1" and "columns,16" take one and 16
-// bytes (where inner and the pointers allow), for timing and tests.
+// 0.464 against 0.539). `widest`: 16 bytes of columns where inner and the pointers allow them, else 1. Forced plans
+// (ACTIVATIONS_SOFTMAX_PLAN) "columns,1" and "columns,16" take one and the widest, for timing and tests.
 template <class S>
-int column_vector(SoftmaxShape shape, const S* a, const S* b, const S* out) {
-  constexpr int kWide = 16 / sizeof(S);
-  const bool fit = shape.inner % kWide == 0 && on_16_byte_grid(a, b, out);
+int column_vector(SoftmaxShape shape, int widest) {
   const char* forced = getenv("ACTIVATIONS_SOFTMAX_PLAN");
   if (forced != nullptr && strcmp(forced, "columns,1") == 0) return 1;
-  if (forced != nullptr && strcmp(forced, "columns,16") == 0) return fit ? kWide : 1;
+  if (forced != nullptr && strcmp(forced, "columns,16") == 0) return widest;
   const bool short_columns = shape.n * static_cast<int64_t>(sizeof(S)) <= 16;
-  const bool fills = shape.outer * (shape.inner / kWide) >= kThreadsAnSM * device_info().sms;
-  return fit && short_columns && fills ? kWide : 1;
+  const bool fills = shape.outer * (shape.inner / widest) >= kThreadsAnSM * device_info().sms;
+  return short_columns && fills ? widest : 1;
 }
 
 // The width of the split columns kernels' blocks, or 0 for the columns kernels: columns too few to fill every SM
@@ -2169,12 +2168,12 @@ const char* run_columns(bool log, SoftmaxShape shape, const void* a, const void*
                : run_tiles<S, kBackward, kTileThreadsThree>(chunk, log, shape, width, pa, pb, po, stream);
   }
   constexpr int kWide = 16 / sizeof(S);
-  const int vector = shape.inner % kWide == 0 && on_16_byte_grid(pa, pb, po) ? kWide : 1;
-  if (const int width = split_column_width<S>(shape, vector)) {
-    return vector == kWide ? run_split_columns<S, kBackward, kWide>(log, shape, width, pa, pb, po, stream)
+  const int widest = shape.inner % kWide == 0 && on_16_byte_grid(pa, pb, po) ? kWide : 1;
+  if (const int width = split_column_width<S>(shape, widest)) {
+    return widest == kWide ? run_split_columns<S, kBackward, kWide>(log, shape, width, pa, pb, po, stream)
                            : run_split_columns<S, kBackward, 1>(log, shape, width, pa, pb, po, stream);
   }
-  if (column_vector<S>(shape, pa, pb, po) == kWide)
+  if (column_vector<S>(shape, widest) == kWide)
     return run_columns_kernel<S, kBackward, kWide>(log, shape, pa, pb, po, stream);
   return run_columns_kernel<S, kBackward, 1>(log, shape, pa, pb, po, stream);
 }

@@ -2,8 +2,8 @@
 torch's. A path is a value of ACTIVATIONS_SOFTMAX_PLAN (kernels/softmax_kernels.cuh, plan_rows): "default" (the
 choice the code makes), "split", "staged,C" (C blocks a row) or "threads,elements"; over another dim than the
 last (the shape followed by ":dim"), "columns", "columns,1", "columns,16" (one column or 16 bytes of columns a thread;
-column_vector) or "tiles,W" (W columns a tile; plan_columns). A path that does not fit the shape falls back to the
-default choice.
+column_vector), "columns,split" (a block's threads sharing a column's rows; split_column_width) or "tiles,W" (W
+columns a tile; plan_columns). A path that does not fit the shape falls back to the default choice.
 
     python tools/softmax_plans.py 4096,393216 float32 softmax forward default split staged,8 staged,16
     python tools/softmax_plans.py 1024,1024,1024:1 bfloat16 softmax backward default columns tiles,16 tiles,32
