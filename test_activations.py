@@ -1190,6 +1190,8 @@ def test_softmax_matches_float64(name, device, n, dtype):
     rows = 9 if n <= 65536 else 3
     if device == "cpu" and n > 1024:
         rows = 4 if dtype == torch.float32 else 1
+    if device == "cpu" and n < 16:
+        rows = 5000  # rows shorter than 16 go 256 at a time (kShortRow): many blocks, a partial one, both threads
     x = softmax_rows(n, rows, dtype, device, seed)
     rows = x.shape[0]
     poison_allocator(device, 4 * x.numel() * x.element_size())

@@ -6,11 +6,12 @@
 //
 // A row (inner == 1) takes three passes: its max, then softmax's exponentials (kept) and their sum, or
 // log_softmax's sum of exp(x - max), then the output; a slab of columns
-// (inner > 1) the same passes, a block of columns at a time, so that every inner loop runs along memory. The max
+// (inner > 1) the same passes, a block of columns at a time, so that every inner loop runs along memory; rows
+// shorter than a vector go through the column passes transposed, a block of rows at a time (kShortRow). The max
 // ignores NaN and the sum carries it: a row with a NaN sums to NaN, and so does a row of -inf (-inf - -inf), so
 // both give NaN everywhere, as torch's. Sums go kSoftmaxBlock terms at a time into a vector of partial sums in
-// double (omp simd reduction: the order is the vector's, which -fopenmp lets g++ choose), whose total is added to
-// the row's sum in Sum: double for float rows, long double for float64 ones. (float64 rows summed whole in a
+// double (reduce_in_lanes), whose total is added to the row's sum in Sum: double for float rows, long double for
+// float64 ones. (float64 rows summed whole in a
 // vector of doubles were off by up to 510 ulp at n = 50257, against the tests' bound of about sqrt(n) ulp.)
 // (The first version, in softmax.cpp's torch glue, ran a row's loops one element wide with libm's exp and long
 // double sums for float64: 0.05-0.2x torch's speed on 2 cores, measured with other work on the machine.)
@@ -53,8 +54,70 @@ using partial_sum_t = std::conditional_t<sizeof(T) == 2, float, double>;
 // store(), which g++ vectorizes), or a float buffer that a float16 row was widened into (g++ vectorizes no float16
 // conversion; widen() and narrow() use F16C 8 or 16 elements at a time). C is the compute type. The column loops
 // below read float16 in place.
+// A row's max and sums in kLanes running values (vectors of the compute type's width), combined pairwise at the
+// end in registers. An omp simd reduction combines its lanes one after another: 16 dependent additions for a
+// vector of floats, about 40 % of the sum's time over a row of 32 floats. float32 rows of 16-256, 2 threads,
+// torch/ours: 0.57-1.18x -> 0.66-1.26x (short_rows_ab.log).
+#if defined(ACTIVATIONS_CPU_AVX512)
+constexpr int kVectorBytes = 64;
+#elif defined(ACTIVATIONS_CPU_AVX2)
+constexpr int kVectorBytes = 32;
+#else
+constexpr int kVectorBytes = 16;
+#endif
+
+// A vector of P the loops' width; its lanes combined in halves (combine on the two halves), in registers.
+template <class P>
+struct Vector {
+  typedef P type __attribute__((vector_size(kVectorBytes)));
+};
+template <class V, class Combine, size_t... I>
+ACTIVATIONS_CPU_WIDE_LOOP inline auto combine_halves(V v, Combine combine, std::index_sequence<I...>) {
+  return combine(__builtin_shufflevector(v, v, I...), __builtin_shufflevector(v, v, (I + sizeof...(I))...));
+}
+template <int kLanes, class V, class Combine>
+ACTIVATIONS_CPU_WIDE_LOOP inline auto fold_vector(V v, Combine combine) {
+  if constexpr (kLanes == 1) {
+    return v[0];
+  } else {
+    return fold_vector<kLanes / 2>(combine_halves(v, combine, std::make_index_sequence<kLanes / 2>{}), combine);
+  }
+}
+
+// combine(...combine(init, term(0)), ..., term(n - 1)) in some order; C is the type term computes in, whose
+// vectors set the number of lanes (a term in float summed in double takes two vectors of lanes).
+template <class C, class P, class Combine, class Term>
+ACTIVATIONS_CPU_WIDE_LOOP inline P reduce_in_lanes(int64_t n, P init, Combine combine, Term term) {
+  constexpr int kLanes = kVectorBytes / sizeof(C), kPerVector = kVectorBytes / sizeof(P);
+  alignas(kVectorBytes) P lanes[kLanes];
+  for (int k = 0; k < kLanes; ++k) lanes[k] = init;
+  int64_t i = 0;
+  for (; i + kLanes <= n; i += kLanes) {
+#pragma omp simd
+    for (int k = 0; k < kLanes; ++k) lanes[k] = combine(lanes[k], term(i + k));
+  }
+  for (int k = 0; i + k < n; ++k) lanes[k] = combine(lanes[k], term(i + k));
+  typename Vector<P>::type v, w;
+  memcpy(&v, lanes, kVectorBytes);
+  for (int k = kPerVector; k < kLanes; k += kPerVector) {
+    memcpy(&w, lanes + k, kVectorBytes);
+    v = combine(v, w);
+  }
+  return fold_vector<kPerVector>(v, combine);
+}
+
+// Where the row loops reduce in lanes: rows of float and double (and float16's, widened into float). bfloat16 rows
+// keep the omp simd reduction: in lanes, g++ vectorized their loops in halves, half the lanes in memory, and
+// the bfloat16 softmax forward over rows of 256 ran at 0.72-0.80x torch's against 1.05x (2 threads, 2^21 elements).
+template <class T>
+constexpr bool kInLanes = std::is_same_v<T, compute_t<T>>;
+
+constexpr auto kAdd = [](auto a, auto b) { return a + b; };
+constexpr auto kMax = [](auto a, auto b) { return b > a ? b : a; };  // NaN terms are passed over
+
 template <class T>
 ACTIVATIONS_CPU_WIDE_LOOP compute_t<T> max_of(int64_t n, const T* x, compute_t<T> m) {
+  if constexpr (kInLanes<T>) return reduce_in_lanes<T>(n, m, kMax, [x](int64_t i) { return x[i]; });
 #pragma omp simd reduction(max : m)
   for (int64_t i = 0; i < n; ++i) m = load(x[i]) > m ? load(x[i]) : m;
   return m;
@@ -62,6 +125,9 @@ ACTIVATIONS_CPU_WIDE_LOOP compute_t<T> max_of(int64_t n, const T* x, compute_t<T
 
 template <class T, class Partial>
 ACTIVATIONS_CPU_WIDE_LOOP double sum_exp(int64_t n, const T* x, compute_t<T> max) {
+  if constexpr (kInLanes<T>) {
+    return reduce_in_lanes<T>(n, Partial(0), kAdd, [x, max](int64_t i) { return Partial(exp_of(x[i] - max)); });
+  }
   Partial sum = 0;
 #pragma omp simd reduction(+ : sum)
   for (int64_t i = 0; i < n; ++i) sum += exp_of(load(x[i]) - max);
@@ -73,6 +139,12 @@ ACTIVATIONS_CPU_WIDE_LOOP double sum_exp(int64_t n, const T* x, compute_t<T> max
 // e is in the compute type: the output itself for float and double, a float row for the 16-bit types.
 template <class T, class Partial, class C = compute_t<T>>
 ACTIVATIONS_CPU_WIDE_LOOP double exp_and_sum(int64_t n, const T* x, C max, C* e) {
+  if constexpr (kInLanes<T>) {
+    return reduce_in_lanes<T>(n, Partial(0), kAdd, [x, max, e](int64_t i) {
+      e[i] = exp_of(x[i] - max);
+      return Partial(e[i]);
+    });
+  }
   Partial sum = 0;
 #pragma omp simd reduction(+ : sum)
   for (int64_t i = 0; i < n; ++i) {
@@ -109,7 +181,14 @@ ACTIVATIONS_CPU_WIDE_LOOP double backward_sum(int64_t n, const T* g, const T* y)
       load_halves(y + done, yk);
       for (int k = 0; k < kHalfStep; ++k) partial[k] += kLog ? gk[k] : gk[k] * yk[k];
     }
-    for (int k = 0; k < kHalfStep; ++k) sum += partial[k];
+    typename Vector<float>::type lanes;  // kHalfStep floats
+    memcpy(&lanes, partial, sizeof lanes);
+    sum = fold_vector<kHalfStep>(lanes, kAdd);
+  }
+  if constexpr (kInLanes<T>) {
+    return reduce_in_lanes<T>(n, partial_sum_t<T>(0), kAdd, [g, y](int64_t i) {
+      return partial_sum_t<T>(kLog ? g[i] : g[i] * y[i]);
+    });
   }
 #pragma omp simd reduction(+ : sum)
   for (int64_t i = done; i < n; ++i) sum += kLog ? load(g[i]) : load(g[i]) * load(y[i]);
@@ -312,52 +391,116 @@ void for_column_blocks(SoftmaxShape shape, const Body& body) {
 // float64 1.19x -> 1.64x.
 constexpr int64_t kKeptExponentials = 1 << 16;
 
+// The forward over one block of a slab: w columns, n steps `stride` apart, from x into y (which may be x).
+template <bool kLog, class S>
+void softmax_column_block(int64_t n, int64_t stride, int64_t w, const S* x, S* y) {
+  using C = compute_t<S>;
+  alignas(64) C max[kSoftmaxColumns], total[kSoftmaxColumns];
+  alignas(64) partial_sum_t<S> sum[kSoftmaxColumns];
+  Sum<C> column_sum[kSoftmaxColumns];
+  std::fill(max, max + w, -std::numeric_limits<C>::infinity());
+  max_into(n, stride, w, x, max);
+  const bool keep = !kLog && n * w <= kKeptExponentials;
+  thread_local std::vector<C> kept;  // allocated once a thread, reused by its later blocks and calls
+  if (keep && kept.size() < static_cast<size_t>(n * w)) kept.resize(static_cast<size_t>(n * w));
+  column_sums(n, w, column_sum, sum, [&](int64_t first, int64_t count) {
+    const S* in = x + first * stride;
+    if (keep) {
+      exp_into_and_sum(count, stride, w, in, max, kept.data() + first * w, sum);
+    } else {
+      sum_exp_into(count, stride, w, in, max, sum);
+    }
+  });
+  for (int64_t i = 0; i < w; ++i) {  // log_softmax's log(sum), softmax's 1 / sum
+    total[i] = static_cast<C>(kLog ? log_of_sum(column_sum[i]) : 1 / column_sum[i]);
+  }
+  if (keep) {
+    scale_columns(n, stride, w, kept.data(), total, y);
+  } else {
+    softmax_output_columns<kLog>(n, stride, w, x, max, total, y);
+  }
+}
+
+// The backward over one block of a slab, as softmax_column_block; gi may be g.
+template <bool kLog, class S>
+void softmax_backward_column_block(int64_t n, int64_t stride, int64_t w, const S* g, const S* y, S* gi) {
+  using C = compute_t<S>;
+  alignas(64) C total[kSoftmaxColumns];
+  alignas(64) partial_sum_t<S> sum[kSoftmaxColumns];
+  Sum<C> column_sum[kSoftmaxColumns];
+  column_sums(n, w, column_sum, sum, [&](int64_t first, int64_t count) {
+    backward_sum_into<kLog>(count, stride, w, g + first * stride, y + first * stride, sum);
+  });
+  for (int64_t i = 0; i < w; ++i) total[i] = static_cast<C>(column_sum[i]);
+  backward_output_columns<kLog>(n, stride, w, g, y, total, gi);
+}
+
 template <bool kLog, class S>
 void softmax_columns(SoftmaxShape shape, const S* x, S* y) {
-  using C = compute_t<S>;
-  const int64_t n = shape.n, inner = shape.inner;
   for_column_blocks(shape, [&](int64_t offset, int64_t w) {
-    alignas(64) C max[kSoftmaxColumns], total[kSoftmaxColumns];
-    alignas(64) partial_sum_t<S> sum[kSoftmaxColumns];
-    Sum<C> column_sum[kSoftmaxColumns];
-    std::fill(max, max + w, -std::numeric_limits<C>::infinity());
-    max_into(n, inner, w, x + offset, max);
-    const bool keep = !kLog && n * w <= kKeptExponentials;
-    thread_local std::vector<C> kept;  // allocated once a thread, reused by its later blocks and calls
-    if (keep && kept.size() < static_cast<size_t>(n * w)) kept.resize(static_cast<size_t>(n * w));
-    column_sums(n, w, column_sum, sum, [&](int64_t first, int64_t count) {
-      const S* in = x + offset + first * inner;
-      if (keep) {
-        exp_into_and_sum(count, inner, w, in, max, kept.data() + first * w, sum);
-      } else {
-        sum_exp_into(count, inner, w, in, max, sum);
-      }
-    });
-    for (int64_t i = 0; i < w; ++i) {  // log_softmax's log(sum), softmax's 1 / sum
-      total[i] = static_cast<C>(kLog ? log_of_sum(column_sum[i]) : 1 / column_sum[i]);
-    }
-    if (keep) {
-      scale_columns(n, inner, w, kept.data(), total, y + offset);
-    } else {
-      softmax_output_columns<kLog>(n, inner, w, x + offset, max, total, y + offset);
-    }
+    softmax_column_block<kLog>(shape.n, shape.inner, w, x + offset, y + offset);
   });
 }
 
 template <bool kLog, class S>
 void softmax_backward_columns(SoftmaxShape shape, const S* g, const S* y, S* gi) {
-  using C = compute_t<S>;
-  const int64_t n = shape.n, inner = shape.inner;
   for_column_blocks(shape, [&](int64_t offset, int64_t w) {
-    alignas(64) C total[kSoftmaxColumns];
-    alignas(64) partial_sum_t<S> sum[kSoftmaxColumns];
-    Sum<C> column_sum[kSoftmaxColumns];
-    column_sums(n, w, column_sum, sum, [&](int64_t first, int64_t count) {
-      const int64_t k = offset + first * inner;
-      backward_sum_into<kLog>(count, inner, w, g + k, y + k, sum);
-    });
-    for (int64_t i = 0; i < w; ++i) total[i] = static_cast<C>(column_sum[i]);
-    backward_output_columns<kLog>(n, inner, w, g + offset, y + offset, total, gi + offset);
+    softmax_backward_column_block<kLog>(shape.n, shape.inner, w, g + offset, y + offset, gi + offset);
+  });
+}
+
+// Rows shorter than kShortRow (shorter than a 512-bit vector of floats: no row fills one), kSoftmaxColumns rows at
+// a time, transposed: the block is copied into a buffer of the compute type with row r's element j at j * w + r,
+// the column passes above take it as w columns of n steps, their vectors running across the rows, and the result
+// is copied back. The copies are scalar, but the row loops ran such rows one element at a time: on a 2-core Ice
+// Lake Xeon, 2 threads, 2^21 elements, torch/ours, forward 0.45-1.42x -> 3.2-6.1x at rows of 4, 8 and 12, backward
+// 0.63-2.08x -> 1.64-3.07x (results/cpu-icelake-2026-11-27/short_rows_ab.log). At 16 and 32 the copies cost
+// more than the row loops.
+constexpr int64_t kShortRow = 16;
+
+template <class S, class C = compute_t<S>>
+ACTIVATIONS_CPU_WIDE_LOOP void rows_to_columns(int64_t w, int64_t n, const S* x, C* t) {
+  for (int64_t r = 0; r < w; ++r, x += n) {
+#pragma GCC ivdep
+    for (int64_t j = 0; j < n; ++j) t[j * w + r] = load(x[j]);
+  }
+}
+template <class S, class C = compute_t<S>>
+ACTIVATIONS_CPU_WIDE_LOOP void columns_to_rows(int64_t w, int64_t n, const C* t, S* y) {
+  for (int64_t r = 0; r < w; ++r, y += n) {
+#pragma GCC ivdep
+    for (int64_t j = 0; j < n; ++j) y[j] = store<S>(t[j * w + r]);
+  }
+}
+
+template <bool kLog, class S>
+void softmax_short_rows(int64_t rows, int64_t n, const S* x, S* y) {
+  using C = compute_t<S>;
+  const int64_t w = kSoftmaxColumns;
+  parallel((rows + w - 1) / w, std::max<int64_t>(1, kCpuGrain / (n * w)), [=](int64_t begin, int64_t end) {
+    std::vector<C> block(static_cast<size_t>(n * w));
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t first = b * w, count = std::min(w, rows - first);
+      rows_to_columns(count, n, x + first * n, block.data());
+      softmax_column_block<kLog>(n, count, count, block.data(), block.data());
+      columns_to_rows(count, n, block.data(), y + first * n);
+    }
+  });
+}
+
+template <bool kLog, class S>
+void softmax_backward_short_rows(int64_t rows, int64_t n, const S* g, const S* y, S* gi) {
+  using C = compute_t<S>;
+  const int64_t w = kSoftmaxColumns;
+  parallel((rows + w - 1) / w, std::max<int64_t>(1, kCpuGrain / (n * w)), [=](int64_t begin, int64_t end) {
+    std::vector<C> g_block(static_cast<size_t>(n * w)), y_block(static_cast<size_t>(n * w));
+    for (int64_t b = begin; b < end; ++b) {
+      const int64_t first = b * w, count = std::min(w, rows - first);
+      rows_to_columns(count, n, g + first * n, g_block.data());
+      rows_to_columns(count, n, y + first * n, y_block.data());
+      softmax_backward_column_block<kLog>(n, count, count, g_block.data(), y_block.data(), g_block.data());
+      columns_to_rows(count, n, g_block.data(), gi + first * n);
+    }
   });
 }
 
@@ -368,7 +511,10 @@ void cpu_softmax_forward(bool log, DType dtype, SoftmaxShape shape, const void* 
     using S = decltype(storage);
     const auto* in = static_cast<const S*>(x);
     auto* out = static_cast<S*>(y);
-    if (shape.inner == 1) {
+    if (shape.inner == 1 && shape.n < kShortRow) {
+      log ? softmax_short_rows<true>(shape.outer, shape.n, in, out)
+          : softmax_short_rows<false>(shape.outer, shape.n, in, out);
+    } else if (shape.inner == 1) {
       log ? softmax_rows<true>(shape.outer, shape.n, in, out) : softmax_rows<false>(shape.outer, shape.n, in, out);
     } else {
       log ? softmax_columns<true>(shape, in, out) : softmax_columns<false>(shape, in, out);
@@ -383,7 +529,10 @@ void cpu_softmax_backward(bool log, DType dtype, SoftmaxShape shape, const void*
     const auto* g = static_cast<const S*>(grad_out);
     const auto* y = static_cast<const S*>(output);
     auto* gi = static_cast<S*>(grad_in);
-    if (shape.inner == 1) {
+    if (shape.inner == 1 && shape.n < kShortRow) {
+      log ? softmax_backward_short_rows<true>(shape.outer, shape.n, g, y, gi)
+          : softmax_backward_short_rows<false>(shape.outer, shape.n, g, y, gi);
+    } else if (shape.inner == 1) {
       log ? softmax_backward_rows<true>(shape.outer, shape.n, g, y, gi)
           : softmax_backward_rows<false>(shape.outer, shape.n, g, y, gi);
     } else {

@@ -1,5 +1,5 @@
 """Softmax and log_softmax on the CPU over short rows (2^21 elements in rows of 8 ... 1000), ours against torch's,
-forward and backward, float32 and bfloat16: the samples taken in turn (bench.best_of_rounds), ratio torch/ours
+forward and backward, float32 and bfloat16 (ROWS: the row lengths, e.g. ROWS="4 8 32"): the samples taken in turn (bench.best_of_rounds), ratio torch/ours
 (above 1: ours is faster).
 
     python tools/cpu_softmax_short_rows.py
@@ -17,7 +17,7 @@ import bench  # noqa: E402
 
 def main():
     cpu = torch.device("cpu")
-    for n in [8, 32, 64, 128, 256, 1000]:
+    for n in [int(n) for n in os.environ.get("ROWS", "4 8 12 16 32 64 128 256 1000").split()]:
         for dtype in [torch.float32, torch.bfloat16]:
             x = torch.randn(2**21 // n, n, dtype=dtype)
             g = torch.randn_like(x)
