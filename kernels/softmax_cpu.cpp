@@ -66,22 +66,36 @@ constexpr int kVectorBytes = 32;
 constexpr int kVectorBytes = 16;
 #endif
 
-// A vector of P the loops' width; its lanes combined in halves (combine on the two halves), in registers.
+// A vector of P the loops' width, and its lanes combined pairwise in registers: combine(v, v with lanes k and
+// k ^ d swapped) for d = half the lanes, a quarter, ..., 1 leaves the whole combination in every lane.
+// (__builtin_shufflevector is clang's and g++ 12's; older g++ has __builtin_shuffle.)
 template <class P>
 struct Vector {
   typedef P type __attribute__((vector_size(kVectorBytes)));
+  typedef std::conditional_t<sizeof(P) == 8, int64_t, int32_t> index_type __attribute__((vector_size(kVectorBytes)));
 };
-template <class V, class Combine, size_t... I>
-ACTIVATIONS_CPU_WIDE_LOOP inline auto combine_halves(V v, Combine combine, std::index_sequence<I...>) {
-  return combine(__builtin_shufflevector(v, v, I...), __builtin_shufflevector(v, v, (I + sizeof...(I))...));
+template <int kDistance, class P, size_t... I>
+ACTIVATIONS_CPU_WIDE_LOOP inline typename Vector<P>::type swap_lanes(typename Vector<P>::type v,
+                                                                     std::index_sequence<I...>) {
+#if defined(__clang__) || __GNUC__ >= 12
+  return __builtin_shufflevector(v, v, (I ^ kDistance)...);
+#else
+  return __builtin_shuffle(v, typename Vector<P>::index_type{(I ^ kDistance)...});
+#endif
 }
-template <int kLanes, class V, class Combine>
-ACTIVATIONS_CPU_WIDE_LOOP inline auto fold_vector(V v, Combine combine) {
-  if constexpr (kLanes == 1) {
+template <int kDistance, class P, class Combine>
+ACTIVATIONS_CPU_WIDE_LOOP inline P fold_vector(typename Vector<P>::type v, Combine combine) {
+  constexpr int kLanes = kVectorBytes / sizeof(P);
+  v = combine(v, swap_lanes<kDistance, P>(v, std::make_index_sequence<kLanes>{}));
+  if constexpr (kDistance == 1) {
     return v[0];
   } else {
-    return fold_vector<kLanes / 2>(combine_halves(v, combine, std::make_index_sequence<kLanes / 2>{}), combine);
+    return fold_vector<kDistance / 2, P>(v, combine);
   }
+}
+template <class P, class Combine>
+ACTIVATIONS_CPU_WIDE_LOOP inline P fold_vector(typename Vector<P>::type v, Combine combine) {
+  return fold_vector<kVectorBytes / sizeof(P) / 2, P>(v, combine);
 }
 
 // combine(...combine(init, term(0)), ..., term(n - 1)) in some order; C is the type term computes in, whose
@@ -103,7 +117,7 @@ ACTIVATIONS_CPU_WIDE_LOOP inline P reduce_in_lanes(int64_t n, P init, Combine co
     memcpy(&w, lanes + k, kVectorBytes);
     v = combine(v, w);
   }
-  return fold_vector<kPerVector>(v, combine);
+  return fold_vector<P>(v, combine);
 }
 
 // Where the row loops reduce in lanes: rows of float and double (and float16's, widened into float). bfloat16 rows
@@ -112,8 +126,17 @@ ACTIVATIONS_CPU_WIDE_LOOP inline P reduce_in_lanes(int64_t n, P init, Combine co
 template <class T>
 constexpr bool kInLanes = std::is_same_v<T, compute_t<T>>;
 
-constexpr auto kAdd = [](auto a, auto b) { return a + b; };
-constexpr auto kMax = [](auto a, auto b) { return b > a ? b : a; };  // NaN terms are passed over
+// The combinations, of scalars and of vectors (compiled for the loops' instruction set, as the loops that inline them).
+struct Add {
+  template <class A>
+  ACTIVATIONS_CPU_WIDE_LOOP A operator()(A a, A b) const { return a + b; }
+};
+struct Max {
+  template <class A>
+  ACTIVATIONS_CPU_WIDE_LOOP A operator()(A a, A b) const { return b > a ? b : a; }  // NaN terms are passed over
+};
+constexpr Add kAdd;
+constexpr Max kMax;
 
 template <class T>
 ACTIVATIONS_CPU_WIDE_LOOP compute_t<T> max_of(int64_t n, const T* x, compute_t<T> m) {
@@ -183,7 +206,7 @@ ACTIVATIONS_CPU_WIDE_LOOP double backward_sum(int64_t n, const T* g, const T* y)
     }
     typename Vector<float>::type lanes;  // kHalfStep floats
     memcpy(&lanes, partial, sizeof lanes);
-    sum = fold_vector<kHalfStep>(lanes, kAdd);
+    sum = fold_vector<float>(lanes, kAdd);
   }
   if constexpr (kInLanes<T>) {
     return reduce_in_lanes<T>(n, partial_sum_t<T>(0), kAdd, [g, y](int64_t i) {
