@@ -1092,7 +1092,11 @@ __device__ __forceinline__ int64_t column_offset(int64_t t, int64_t n, int64_t i
   return (t / vectors) * n * inner + (t % vectors) * V;
 }
 
-template <class S, int V>
+// The columns forward holds a column of at most kRows rows in registers: every column where a thread has 16 bytes
+// of them (V > 1; column_vector gives the forward no longer ones, and kRows is the least of 2, 4 and V that holds
+// the column, so that a short column takes few registers), columns of at most 8 where it has one. The sum of
+// their terms is plain: at most 8 terms in [0, 1], one of them 1, it errs by at most 7 ulp of the compute type.
+template <class S, int V, int kRows>
 __global__ void __launch_bounds__(kColumnThreads)
     columns_forward(const S* __restrict__ x, S* __restrict__ y, int64_t outer, int64_t n, int64_t inner, bool log) {
   using N = Num<S>;
@@ -1101,6 +1105,45 @@ __global__ void __launch_bounds__(kColumnThreads)
   if (t >= outer * (inner / V)) return;
   const int64_t offset = column_offset<V>(t, n, inner);
   const auto row = [&](int64_t j) { return columns_at<S, V>(x, offset + j * inner); };
+  if (V > 1 || n <= kRows) {
+    // The column in registers: its max, then the sum of exp(v - max), then the output: one exponential an element
+    // for the sum where the online sum takes two.
+    Vec<S, V> held[kRows];
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) {
+      if (j < n) held[j] = row(j);
+    }
+    C m[V], s[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) {
+      m[k] = -INFINITY;
+      s[k] = 0;
+    }
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) m[k] = j < n ? max_nan(m[k], N::load(held[j].v[k])) : m[k];
+    }
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) {
+#pragma unroll
+      for (int k = 0; k < V; ++k) {  // a column of -inf sums NaN (-inf - -inf), and gives NaN, as torch's
+        if (j < n) s[k] += exp_term<S>(N::load(held[j].v[k]) - m[k]);
+      }
+    }
+    ForwardOutput<S, C> output[V];
+#pragma unroll
+    for (int k = 0; k < V; ++k) output[k] = ForwardOutput<S, C>(s[k], log);
+#pragma unroll
+    for (int j = 0; j < kRows; ++j) {
+      if (j >= n) break;
+      Vec<S, V> y_j;
+#pragma unroll
+      for (int k = 0; k < V; ++k) y_j.v[k] = N::store(output[k](N::load(held[j].v[k]) - m[k]));
+      columns_at<S, V>(y, offset + j * inner) = y_j;
+    }
+    return;
+  }
   OnlineSum<S> sums[V];
   for (int64_t j = 0; j < n; ++j) {
     const Vec<S, V> x_j = row(j);
@@ -1218,7 +1261,17 @@ __device__ __forceinline__ C combine_groups(C v, Op op, C* partial, const TilePo
   partial[threadIdx.x] = v;  // threadIdx.x = group * lanes + lane
   __syncthreads();
   C r = partial[at.lane];
-  for (int k = 1; k < at.groups; ++k) r = op(r, partial[k * at.lanes + at.lane]);
+  if constexpr (std::is_same_v<Op, Sum>) {  // compensated, as OnlineSum: up to 64 groups' sums
+    C lost = 0;
+    for (int k = 1; k < at.groups; ++k) {
+      const C term = partial[k * at.lanes + at.lane] - lost;
+      const C sum = r + term;
+      lost = (sum - r) - term;
+      r = sum;
+    }
+  } else {
+    for (int k = 1; k < at.groups; ++k) r = op(r, partial[k * at.lanes + at.lane]);
+  }
   __syncthreads();
   return r;
 }
@@ -2067,13 +2120,14 @@ int plan_columns(bool backward, bool log, SoftmaxShape shape, const S* a, const 
 // over dim 1 (short_n_plans*.log): 16 bytes ran faster at n = 2 (float32) and n = 2-8 (bfloat16) both ways, one at
 // n = 8 (float32 forward 0.781 ms against 1.057, backward 1.098 against 1.236) and at n = 16-32 (bfloat16 forward
 // 0.464 against 0.539). `widest`: 16 bytes of columns where inner and the pointers allow them, else 1. Forced plans
-// (ACTIVATIONS_SOFTMAX_PLAN) "columns,1" and "columns,16" take one and the widest, for timing and tests.
+// (ACTIVATIONS_SOFTMAX_PLAN) "columns,1" and "columns,16" take one and the widest, for timing and tests; the
+// forward never takes 16 bytes of longer columns (it holds them in registers, columns_forward).
 template <class S>
-int column_vector(SoftmaxShape shape, int widest) {
+int column_vector(bool backward, SoftmaxShape shape, int widest) {
   const char* forced = getenv("ACTIVATIONS_SOFTMAX_PLAN");
-  if (forced != nullptr && strcmp(forced, "columns,1") == 0) return 1;
-  if (forced != nullptr && strcmp(forced, "columns,16") == 0) return widest;
   const bool short_columns = shape.n * static_cast<int64_t>(sizeof(S)) <= 16;
+  if (forced != nullptr && strcmp(forced, "columns,1") == 0) return 1;
+  if (forced != nullptr && strcmp(forced, "columns,16") == 0) return backward || short_columns ? widest : 1;
   const bool fills = shape.outer * (shape.inner / widest) >= kThreadsAnSM * device_info().sms;
   return short_columns && fills ? widest : 1;
 }
@@ -2101,7 +2155,18 @@ const char* run_columns_kernel(bool log, SoftmaxShape shape, const S* pa, const 
   if constexpr (kBackward) {
     columns_backward<S, V><<<blocks, kColumnThreads, 0, stream>>>(pa, pb, po, shape.outer, shape.n, shape.inner, log);
   } else {
-    columns_forward<S, V><<<blocks, kColumnThreads, 0, stream>>>(pa, po, shape.outer, shape.n, shape.inner, log);
+    const auto launch = [&](auto kernel) {
+      kernel<<<blocks, kColumnThreads, 0, stream>>>(pa, po, shape.outer, shape.n, shape.inner, log);
+    };
+    if constexpr (V == 1) {
+      launch(columns_forward<S, V, 8>);
+    } else if (shape.n <= 2 || V == 2) {  // n <= V (column_vector)
+      launch(columns_forward<S, V, 2>);
+    } else if (shape.n <= 4 || V == 4) {
+      launch(columns_forward<S, V, std::min(V, 4)>);
+    } else {
+      launch(columns_forward<S, V, V>);
+    }
   }
   return last_error();
 }
@@ -2173,7 +2238,7 @@ const char* run_columns(bool log, SoftmaxShape shape, const void* a, const void*
     return widest == kWide ? run_split_columns<S, kBackward, kWide>(log, shape, width, pa, pb, po, stream)
                            : run_split_columns<S, kBackward, 1>(log, shape, width, pa, pb, po, stream);
   }
-  if (column_vector<S>(shape, widest) == kWide)
+  if (column_vector<S>(kBackward, shape, widest) == kWide)
     return run_columns_kernel<S, kBackward, kWide>(log, shape, pa, pb, po, stream);
   return run_columns_kernel<S, kBackward, 1>(log, shape, pa, pb, po, stream);
 }
