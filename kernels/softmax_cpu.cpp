@@ -480,6 +480,11 @@ void softmax_backward_columns(SoftmaxShape shape, const S* g, const S* y, S* gi)
 // 0.63-2.08x -> 1.64-3.07x (results/cpu-icelake-2026-11-27/short_rows_ab.log). At 16 and 32 the copies cost
 // more than the row loops.
 constexpr int64_t kShortRow = 16;
+// The 16-bit forwards take rows shorter than 32 so too, where their row loops' omp simd sums and conversions cost
+// most: bfloat16 at rows of 16, 24 and 31, forward 0.34-1.38x -> 1.75-6.40x torch (short_rows_ab.log). float32's
+// rows of 16-31 stay in the row loops (at 16, 0.72-0.74x there against 0.63x transposed).
+template <class S>
+constexpr int64_t kShortRowForward = sizeof(S) == 2 ? 32 : kShortRow;
 
 template <class S, class C = compute_t<S>>
 ACTIVATIONS_CPU_WIDE_LOOP void rows_to_columns(int64_t w, int64_t n, const S* x, C* t) {
@@ -534,7 +539,7 @@ void cpu_softmax_forward(bool log, DType dtype, SoftmaxShape shape, const void* 
     using S = decltype(storage);
     const auto* in = static_cast<const S*>(x);
     auto* out = static_cast<S*>(y);
-    if (shape.inner == 1 && shape.n < kShortRow) {
+    if (shape.inner == 1 && shape.n < kShortRowForward<S>) {
       log ? softmax_short_rows<true>(shape.outer, shape.n, in, out)
           : softmax_short_rows<false>(shape.outer, shape.n, in, out);
     } else if (shape.inner == 1) {
