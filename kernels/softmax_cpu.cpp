@@ -98,8 +98,9 @@ ACTIVATIONS_CPU_WIDE_LOOP inline P fold_vector(typename Vector<P>::type v, Combi
   return fold_vector<kVectorBytes / sizeof(P) / 2, P>(v, combine);
 }
 
-// combine(...combine(init, term(0)), ..., term(n - 1)) in some order; C is the type term computes in, whose
-// vectors set the number of lanes (a term in float summed in double takes two vectors of lanes).
+// combine(...combine(init, term(0, false)), ..., term(n - 1, false)) in some order; C is the type term computes
+// in, whose vectors set the number of lanes (a term in float summed in double takes two vectors of lanes).
+// term(i, true) is a term taken again, whose value is dropped: a term that writes keeps what it wrote then.
 template <class C, class P, class Combine, class Term>
 ACTIVATIONS_CPU_WIDE_LOOP inline P reduce_in_lanes(int64_t n, P init, Combine combine, Term term) {
   constexpr int kLanes = kVectorBytes / sizeof(C), kPerVector = kVectorBytes / sizeof(P);
@@ -108,20 +109,20 @@ ACTIVATIONS_CPU_WIDE_LOOP inline P reduce_in_lanes(int64_t n, P init, Combine co
   int64_t i = 0;
   for (; i + kLanes <= n; i += kLanes) {
 #pragma omp simd
-    for (int k = 0; k < kLanes; ++k) lanes[k] = combine(lanes[k], term(i + k));
+    for (int k = 0; k < kLanes; ++k) lanes[k] = combine(lanes[k], term(i + k, false));
   }
   if (i < n && n >= kLanes) {
-    // The rest as one more vector: the row's last kLanes terms, those taken already masked out (taken again, so a
-    // term that writes must write what it wrote before: its input is not its output). One element at a time,
+    // The rest as one more vector: the last kLanes terms, those taken already masked out. One element at a time,
     // the float32 rows of 31 took 0.39-0.41x torch's time (15 scalar exponentials).
     const int64_t last = n - kLanes;
 #pragma omp simd
     for (int k = 0; k < kLanes; ++k) {
-      const P value = term(last + k);
-      lanes[k] = combine(lanes[k], last + k >= i ? value : init);
+      const bool again = last + k < i;
+      const P value = term(last + k, again);
+      lanes[k] = combine(lanes[k], again ? init : value);
     }
   } else {
-    for (int k = 0; i + k < n; ++k) lanes[k] = combine(lanes[k], term(i + k));
+    for (int k = 0; i + k < n; ++k) lanes[k] = combine(lanes[k], term(i + k, false));
   }
   typename Vector<P>::type v, w;
   memcpy(&v, lanes, kVectorBytes);
@@ -152,7 +153,7 @@ constexpr Max kMax;
 
 template <class T>
 ACTIVATIONS_CPU_WIDE_LOOP compute_t<T> max_of(int64_t n, const T* x, compute_t<T> m) {
-  if constexpr (kInLanes<T>) return reduce_in_lanes<T>(n, m, kMax, [x](int64_t i) { return x[i]; });
+  if constexpr (kInLanes<T>) return reduce_in_lanes<T>(n, m, kMax, [x](int64_t i, bool) { return x[i]; });
 #pragma omp simd reduction(max : m)
   for (int64_t i = 0; i < n; ++i) m = load(x[i]) > m ? load(x[i]) : m;
   return m;
@@ -161,7 +162,7 @@ ACTIVATIONS_CPU_WIDE_LOOP compute_t<T> max_of(int64_t n, const T* x, compute_t<T
 template <class T, class Partial>
 ACTIVATIONS_CPU_WIDE_LOOP double sum_exp(int64_t n, const T* x, compute_t<T> max) {
   if constexpr (kInLanes<T>) {
-    return reduce_in_lanes<T>(n, Partial(0), kAdd, [x, max](int64_t i) { return Partial(exp_of(x[i] - max)); });
+    return reduce_in_lanes<T>(n, Partial(0), kAdd, [x, max](int64_t i, bool) { return Partial(exp_of(x[i] - max)); });
   }
   Partial sum = 0;
 #pragma omp simd reduction(+ : sum)
@@ -175,9 +176,10 @@ ACTIVATIONS_CPU_WIDE_LOOP double sum_exp(int64_t n, const T* x, compute_t<T> max
 template <class T, class Partial, class C = compute_t<T>>
 ACTIVATIONS_CPU_WIDE_LOOP double exp_and_sum(int64_t n, const T* x, C max, C* e) {
   if constexpr (kInLanes<T>) {
-    return reduce_in_lanes<T>(n, Partial(0), kAdd, [x, max, e](int64_t i) {
-      e[i] = exp_of(x[i] - max);
-      return Partial(e[i]);
+    return reduce_in_lanes<T>(n, Partial(0), kAdd, [x, max, e](int64_t i, bool again) {
+      const C v = exp_of(x[i] - max);  // x may be e: taken again, x[i] is e[i] already, which stays
+      e[i] = again ? e[i] : v;
+      return Partial(v);
     });
   }
   Partial sum = 0;
@@ -221,7 +223,7 @@ ACTIVATIONS_CPU_WIDE_LOOP double backward_sum(int64_t n, const T* g, const T* y)
     sum = fold_vector<float>(lanes, kAdd);
   }
   if constexpr (kInLanes<T>) {
-    return reduce_in_lanes<T>(n, partial_sum_t<T>(0), kAdd, [g, y](int64_t i) {
+    return reduce_in_lanes<T>(n, partial_sum_t<T>(0), kAdd, [g, y](int64_t i, bool) {
       return partial_sum_t<T>(kLog ? g[i] : g[i] * y[i]);
     });
   }
@@ -333,8 +335,8 @@ void for_runs(int64_t n, Fn&& fn) {
 }
 
 // One row of T (float, double or bfloat16, read and written in place by the loops) into y; `exponentials`, n
-// floats, holds softmax's exponentials of a bfloat16 row (float and double keep them in y). y is not x
-// (reduce_in_lanes may take a term twice). Partial: see partial_sum_t (float16's row is widened to float).
+// floats, holds softmax's exponentials of a bfloat16 row (float and double keep them in y). y may be x. Partial:
+// see partial_sum_t (float16's row is widened to float).
 template <bool kLog, class T, class Partial = partial_sum_t<T>>
 void softmax_row(int64_t n, const T* x, T* y, float* exponentials) {
   using C = compute_t<T>;
@@ -373,13 +375,12 @@ void softmax_backward_row(int64_t n, const T* g, const T* y, T* gi) {
 template <bool kLog, class S>
 void softmax_rows(int64_t rows, int64_t n, const S* x, S* y) {
   parallel(rows, std::max<int64_t>(1, kCpuGrain / n), [=](int64_t begin, int64_t end) {
-    // float16's row and its result, bfloat16's exponentials
-    std::vector<float> row(std::is_same_v<S, c10::Half> ? 2 * n : std::is_same_v<S, c10::BFloat16> ? n : 0);
+    std::vector<float> row(std::is_same_v<S, compute_t<S>> ? 0 : n);  // float16's row, bfloat16's exponentials
     for (int64_t r = begin; r < end; ++r) {
       if constexpr (std::is_same_v<S, c10::Half>) {
         widen(n, x + r * n, row.data());
-        softmax_row<kLog, float, float>(n, row.data(), row.data() + n, nullptr);
-        narrow(n, row.data() + n, y + r * n);
+        softmax_row<kLog, float, float>(n, row.data(), row.data(), nullptr);
+        narrow(n, row.data(), y + r * n);
       } else {
         softmax_row<kLog>(n, x + r * n, y + r * n, row.data());
       }
