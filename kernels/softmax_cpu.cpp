@@ -10,9 +10,9 @@
 // shorter than a vector go through the column passes transposed, a block of rows at a time (kShortRow). The max
 // ignores NaN and the sum carries it: a row with a NaN sums to NaN, and so does a row of -inf (-inf - -inf), so
 // both give NaN everywhere, as torch's. Sums go kSoftmaxBlock terms at a time into a vector of partial sums in
-// double (reduce_in_lanes), whose total is added to the row's sum in Sum: double for float rows, long double for
-// float64 ones. (float64 rows summed whole in a
-// vector of doubles were off by up to 510 ulp at n = 50257, against the tests' bound of about sqrt(n) ulp.)
+// double (reduce_in_lanes; bfloat16 rows' in float, by omp simd), whose total is added to the row's sum in Sum:
+// double for float rows, long double for float64 ones. (float64 rows summed whole in a vector of doubles were off
+// by up to 510 ulp at n = 50257, against the tests' bound of about sqrt(n) ulp.)
 // (The first version, in softmax.cpp's torch glue, ran a row's loops one element wide with libm's exp and long
 // double sums for float64: 0.05-0.2x torch's speed on 2 cores, measured with other work on the machine.)
 #include <cmath>
@@ -50,10 +50,6 @@ inline double log_of_sum(long double sum) { return std::log(static_cast<double>(
 template <class T>
 using partial_sum_t = std::conditional_t<sizeof(T) == 2, float, double>;
 
-// The row loops read and write runs of T: float, double or bfloat16 (converted inside the loop, by load() and
-// store(), which g++ vectorizes), or a float buffer that a float16 row was widened into (g++ vectorizes no float16
-// conversion; widen() and narrow() use F16C 8 or 16 elements at a time). C is the compute type. The column loops
-// below read float16 in place.
 // A row's max and sums in kLanes running values (vectors of the compute type's width), combined pairwise at the
 // end in registers. An omp simd reduction combines its lanes one after another: 16 dependent additions for a
 // vector of floats, about 40 % of the sum's time over a row of 32 floats. float32 rows of 16-256, 2 threads,
@@ -151,6 +147,10 @@ struct Max {
 constexpr Add kAdd;
 constexpr Max kMax;
 
+// The row loops read and write runs of T: float, double or bfloat16 (converted inside the loop, by load() and
+// store(), which g++ vectorizes), or a float buffer that a float16 row was widened into (g++ vectorizes no float16
+// conversion; widen() and narrow() use F16C 8 or 16 elements at a time). C is the compute type. The column loops
+// below read float16 in place.
 template <class T>
 ACTIVATIONS_CPU_WIDE_LOOP compute_t<T> max_of(int64_t n, const T* x, compute_t<T> m) {
   if constexpr (kInLanes<T>) return reduce_in_lanes<T>(n, m, kMax, [x](int64_t i, bool) { return x[i]; });
@@ -515,34 +515,36 @@ ACTIVATIONS_CPU_WIDE_LOOP void columns_to_rows(int64_t w, int64_t n, const C* t,
   }
 }
 
+// body(first, count) for every block of up to kSoftmaxColumns rows of n, each a unit of the parallel loop.
+template <class Body>
+void for_row_blocks(int64_t rows, int64_t n, const Body& body) {
+  const int64_t w = kSoftmaxColumns;
+  parallel((rows + w - 1) / w, std::max<int64_t>(1, kCpuGrain / (n * w)), [&](int64_t begin, int64_t end) {
+    for (int64_t b = begin; b < end; ++b) body(b * w, std::min(w, rows - b * w));
+  });
+}
+
 template <bool kLog, class S>
 void softmax_short_rows(int64_t rows, int64_t n, const S* x, S* y) {
-  using C = compute_t<S>;
-  const int64_t w = kSoftmaxColumns;
-  parallel((rows + w - 1) / w, std::max<int64_t>(1, kCpuGrain / (n * w)), [=](int64_t begin, int64_t end) {
-    std::vector<C> block(static_cast<size_t>(n * w));
-    for (int64_t b = begin; b < end; ++b) {
-      const int64_t first = b * w, count = std::min(w, rows - first);
-      rows_to_columns(count, n, x + first * n, block.data());
-      softmax_column_block<kLog>(n, count, count, block.data(), block.data());
-      columns_to_rows(count, n, block.data(), y + first * n);
-    }
+  for_row_blocks(rows, n, [&](int64_t first, int64_t count) {
+    thread_local std::vector<compute_t<S>> block;  // allocated once a thread, as softmax_column_block's
+    block.resize(static_cast<size_t>(n * count));
+    rows_to_columns(count, n, x + first * n, block.data());
+    softmax_column_block<kLog>(n, count, count, block.data(), block.data());
+    columns_to_rows(count, n, block.data(), y + first * n);
   });
 }
 
 template <bool kLog, class S>
 void softmax_backward_short_rows(int64_t rows, int64_t n, const S* g, const S* y, S* gi) {
-  using C = compute_t<S>;
-  const int64_t w = kSoftmaxColumns;
-  parallel((rows + w - 1) / w, std::max<int64_t>(1, kCpuGrain / (n * w)), [=](int64_t begin, int64_t end) {
-    std::vector<C> g_block(static_cast<size_t>(n * w)), y_block(static_cast<size_t>(n * w));
-    for (int64_t b = begin; b < end; ++b) {
-      const int64_t first = b * w, count = std::min(w, rows - first);
-      rows_to_columns(count, n, g + first * n, g_block.data());
-      rows_to_columns(count, n, y + first * n, y_block.data());
-      softmax_backward_column_block<kLog>(n, count, count, g_block.data(), y_block.data(), g_block.data());
-      columns_to_rows(count, n, g_block.data(), gi + first * n);
-    }
+  for_row_blocks(rows, n, [&](int64_t first, int64_t count) {
+    thread_local std::vector<compute_t<S>> g_block, y_block;
+    g_block.resize(static_cast<size_t>(n * count));
+    y_block.resize(static_cast<size_t>(n * count));
+    rows_to_columns(count, n, g + first * n, g_block.data());
+    rows_to_columns(count, n, y + first * n, y_block.data());
+    softmax_backward_column_block<kLog>(n, count, count, g_block.data(), y_block.data(), g_block.data());
+    columns_to_rows(count, n, g_block.data(), gi + first * n);
   });
 }
 
