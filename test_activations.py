@@ -1068,6 +1068,11 @@ def softmax_theirs(name):
     return activations.REDUCTIONS[name].torch_function
 
 
+def special_row_count(n):
+    """How many special rows softmax_rows appends to rows of n: six, or for n < 3 the row of -inf alone."""
+    return 6 if n >= 3 else 1
+
+
 def softmax_rows(n, rows, dtype, device, seed):
     """rows rows of n normal values of several scales, then (for n >= 3) a row with zeros and -inf entries, a row whose
     first half is -inf (whole blocks of a staged row and parts of a split one hold only -inf), a row of huge values,
@@ -1077,7 +1082,7 @@ def softmax_rows(n, rows, dtype, device, seed):
     x = torch.randn(rows, n, generator=g, dtype=torch.float64) * scale
     big = torch.finfo(dtype).max / 4 if dtype in (torch.float16, torch.bfloat16) else 1e30
     specials = []
-    if n >= 3:
+    if special_row_count(n) > 1:
         special = x[0].clone()
         special[::3] = 0.0
         special[1::5] = float("-inf")
@@ -1247,7 +1252,9 @@ def test_softmax_over_a_leading_dim_matches_float64(name, device, dtype):
 # and 33 over inner 300: 128 and 256 columns and a narrower last tile), and, by default, columns too long for any
 # tile (n 20000), too short (n 8, the 16-bit forwards at n 33) or too few (inner 3) in the split columns kernels
 # (fewer columns than fill a GPU one a thread), and 2240 x 1000 columns of 4 in the columns kernels, 16 bytes of
-# them a thread (column_vector; on a GPU of up to 136 SMs). Each is also run with the path forced
+# them a thread (column_vector; on a GPU of up to 136 SMs); columns of 2 and 7 over inner 64, which the forward
+# holds in registers under "columns,16" (2, 4 or 8 rows by n and dtype; one column a thread: up to 8). Each is also
+# run with the path forced
 # (ACTIVATIONS_SOFTMAX_PLAN): the columns kernels everywhere (one column and 16 bytes of columns a thread too), the
 # split columns kernels everywhere, tiles of 8 and 64 columns wherever they fit.
 # Tiles are copied in 16-byte chunks where inner and the width are multiples of 16 bytes and every operand is
@@ -1256,6 +1263,7 @@ def test_softmax_over_a_leading_dim_matches_float64(name, device, dtype):
 # one: inner 9 (odd), "tiles,11" (an odd width of an even inner) and "misaligned" (the input and the gradient at an
 # odd element offset: a 16-bit forward over 32 or more columns takes the columns kernel).
 SOFTMAX_COLUMN_SHAPES = [(2, 600, 8), (3, 1000, 24), (2, 1025, 100), (1, 4000, 64), (3, 64, 300), (2, 33, 300),
+                         (300, 2, 64), (100, 7, 64),
                          (1, 20000, 16), (64, 8, 100), (2240, 4, 1000), (5, 700, 3), (2, 600, 9)]
 
 
@@ -1278,7 +1286,8 @@ def test_softmax_columns_match_float64(name, shape, dtype, plan, monkeypatch):
     offset = at_odd_offset if plan == "misaligned" else (lambda t: t)
     outer, n, inner = shape
     seed = fresh_seed()
-    x = softmax_rows(n, outer * inner - 6, dtype, "cuda", seed).view(outer, inner, n).transpose(1, 2).contiguous()
+    rows = outer * inner - special_row_count(n)
+    x = softmax_rows(n, rows, dtype, "cuda", seed).view(outer, inner, n).transpose(1, 2).contiguous()
     x = offset(x)
     what = f"{name} {dtype} dim 1 of {list(x.shape)}, plan {plan}"
     poison_allocator("cuda", 4 * x.numel() * x.element_size())
@@ -1979,10 +1988,10 @@ def test_compute_sanitizer_memcheck_is_clean(tmp_path):
             # Columns: in tiles (the last one narrower at inner 100 and 300; copied in 16-byte chunks, and off the
             # 16-byte grid in narrower ones), by the split columns kernels (n 9 by default, then forced: the last
             # block narrower at inner 100) and, forced, by the columns kernels: one column a thread and 16 bytes of
-            # them (inner 16).
+            # them (inner 16), the forward holding columns of 2 and 7 in registers.
             for plan, shapes in ((None, ((2, 600, 8), (2, 700, 100), (2, 64, 300), (3, 9, 5))),
                                  ("columns,split", ((2, 700, 100), (3, 9, 16))), ("columns,1", ((3, 9, 5),)),
-                                 ("columns,16", ((3, 9, 16),))):
+                                 ("columns,16", ((3, 9, 16), (3, 2, 16), (3, 7, 16)))):
                 if plan is not None:
                     os.environ["ACTIVATIONS_SOFTMAX_PLAN"] = plan
                 for shape, offset in itertools.product(shapes, (0, 1)):
