@@ -1653,9 +1653,9 @@ inline bool vectors_line_up(const void* a, const void* b, const void* c) {
   return residue(a) == residue(c) && (b == nullptr || residue(b) == residue(a));
 }
 
-// Whether every operand (b may be null) starts on the 16-byte grid.
-inline bool on_16_byte_grid(const void* a, const void* b, const void* c) {
-  const auto on = [](const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % 16 == 0; };
+// Whether every operand (b may be null) starts on the grid of `bytes`.
+inline bool on_grid(int bytes, const void* a, const void* b, const void* c) {
+  const auto on = [bytes](const void* p) { return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0; };
   return on(a) && on(b) && on(c);
 }
 
@@ -2040,13 +2040,10 @@ constexpr int64_t kTileStaticShared = kTileThreadsFew * static_cast<int64_t>(siz
 template <class S>
 int tile_chunk(bool backward, SoftmaxShape shape, int64_t width, const S* a, const S* b, const S* out) {
   constexpr int kWide = 16 / sizeof(S);
-  const auto aligned = [](const S* p, int bytes) {
-    return p == nullptr || reinterpret_cast<uintptr_t>(p) % bytes == 0;
-  };
   if (shape.inner % kWide == 0 && width % kWide == 0 && (backward || 2 * width <= kTileThreadsThree) &&
-      aligned(a, 16) && aligned(b, 16) && aligned(out, 16))
+      on_grid(16, a, b, out))
     return kWide;
-  if (sizeof(S) == 2 && !backward && shape.inner % 2 == 0 && width % 2 == 0 && aligned(a, 4) && aligned(out, 4))
+  if (sizeof(S) == 2 && !backward && shape.inner % 2 == 0 && width % 2 == 0 && on_grid(4, a, nullptr, out))
     return 2;
   return 1;
 }
@@ -2244,7 +2241,7 @@ const char* run_columns(bool log, SoftmaxShape shape, const void* a, const void*
                : run_tiles<S, kBackward, kTileThreadsThree>(chunk, log, shape, width, pa, pb, po, stream);
   }
   constexpr int kWide = 16 / sizeof(S);
-  const int widest = shape.inner % kWide == 0 && on_16_byte_grid(pa, pb, po) ? kWide : 1;
+  const int widest = shape.inner % kWide == 0 && on_grid(16, pa, pb, po) ? kWide : 1;
   if (const int width = split_column_width<S>(shape, widest)) {
     return widest == kWide ? run_split_columns<S, kBackward, kWide>(log, shape, width, pa, pb, po, stream)
                            : run_split_columns<S, kBackward, 1>(log, shape, width, pa, pb, po, stream);
