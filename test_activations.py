@@ -1253,7 +1253,8 @@ def test_softmax_over_a_leading_dim_matches_float64(name, device, dtype):
 # tile (n 20000), too short (n 8, the 16-bit forwards at n 33) or too few (inner 3) in the split columns kernels
 # (fewer columns than fill a GPU one a thread), and 2240 x 1000 columns of 4 in the columns kernels, 16 bytes of
 # them a thread (column_vector; on a GPU of up to 136 SMs); columns of 2 and 7 over inner 64, which the forward
-# holds in registers under "columns,16" (2, 4 or 8 rows by n and dtype; one column a thread: up to 8). Each is also
+# holds in registers under "columns,16" (2, 4 or 8 rows by n and dtype; one column a thread: up to 8); columns of 12,
+# 16, 29 and 32 over inner 64, past what one column a thread holds (its online sums). Each is also
 # run with the path forced
 # (ACTIVATIONS_SOFTMAX_PLAN): the columns kernels everywhere (one column and 16 bytes of columns a thread too), the
 # split columns kernels everywhere, tiles of 8 and 64 columns wherever they fit.
@@ -1263,7 +1264,7 @@ def test_softmax_over_a_leading_dim_matches_float64(name, device, dtype):
 # one: inner 9 (odd), "tiles,11" (an odd width of an even inner) and "misaligned" (the input and the gradient at an
 # odd element offset: a 16-bit forward over 32 or more columns takes the columns kernel).
 SOFTMAX_COLUMN_SHAPES = [(2, 600, 8), (3, 1000, 24), (2, 1025, 100), (1, 4000, 64), (3, 64, 300), (2, 33, 300),
-                         (300, 2, 64), (100, 7, 64),
+                         (300, 2, 64), (100, 7, 64), (60, 12, 64), (40, 16, 64), (30, 29, 64), (20, 32, 64),
                          (1, 20000, 16), (64, 8, 100), (2240, 4, 1000), (5, 700, 3), (2, 600, 9)]
 
 
