@@ -1227,6 +1227,49 @@ def test_softmax_cuda_clusters_take_rows_in_turn(name, dtype, n):
     check_softmax_rows_backward(name, x, y, seed, f"{name} {dtype} {rows}x{n} backward (seed {seed})")
 
 
+@requires_cuda
+@pytest.mark.parametrize("n", [1025, 65536, 100003])
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("name", SOFTMAX_OPS)
+def test_softmax_cuda_rows_in_steps(name, dtype, n, monkeypatch):
+    """The two passes in one cooperative grid, steps of rows at a time (split_in_steps), forced at shapes that take
+    every case (on an H100, 264 blocks): n 1025, 264 rows a step of one part each and a part-full last step; n
+    65536, all rows in one step, several parts a row; n 100003, an odd length (the edge vectors) at an odd offset
+    (one element a vector), float32 in steps of 41 rows forward and 20 backward, the last part-full. By default only
+    operands over 64 MB take it (rows of 4194304 in test_softmax_matches_float64). Then the same calls captured in a
+    CUDA graph and replayed: the same bits."""
+    monkeypatch.setenv("ACTIVATIONS_SOFTMAX_PLAN", "steps")
+    seed = fresh_seed()
+    x = softmax_rows(n, 300 if n == 1025 else 40, dtype, "cuda", seed)
+    if n == 100003:
+        x = at_odd_offset(x)
+    x.requires_grad_()
+    rows = x.shape[0]
+    what = f"{name} {dtype} {rows}x{n} in steps"
+    g = torch.randn(x.shape, dtype=torch.float64, generator=torch.Generator().manual_seed(seed)).to(dtype).to("cuda")
+    # Captured first, eager after (see test_cuda_graph_capture_and_replay_match_eager), the backward's seed made
+    # inside the capture.
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):  # warm up on a side stream, as graph capture requires
+        torch.autograd.grad((softmax_ours(name)(x, -1) * g).sum(), x)
+    torch.cuda.current_stream().wait_stream(stream)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured_y = softmax_ours(name)(x, -1)
+        (captured_g,) = torch.autograd.grad((captured_y * g).sum(), x)
+    graph.replay()
+    poison_allocator("cuda", 4 * x.numel() * x.element_size())
+    y = softmax_ours(name)(x, -1)
+    check_softmax_forward(name, x, y, -1, f"{what} forward (seed {seed})")
+    check_softmax_rows_backward(name, x, y, seed, f"{what} backward (seed {seed})")
+    y = softmax_ours(name)(x, -1)
+    (expected,) = torch.autograd.grad(y, x, g)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(captured_y, y.detach(), rtol=0, atol=0, equal_nan=True, msg=f"{what}: graph forward")
+    torch.testing.assert_close(captured_g, expected, rtol=0, atol=0, equal_nan=True, msg=f"{what}: graph backward")
+
+
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("name", SOFTMAX_OPS)
@@ -1978,14 +2021,19 @@ def test_compute_sanitizer_memcheck_is_clean(tmp_path):
                             torch.autograd.grad(g, x, torch.randn_like(g))
                         if row.inplace:
                             getattr(activations, name + "_")(x.detach().clone()[:])
-            # Softmax rows of every path (registers, staged in one block and in a cluster, two passes), rows off
-            # the 16-byte grid (odd lengths) and operands whose grids differ (the offset view).
-            for n, rows in ((7, 3), (1025, 3), (8193, 2), (50257, 2), (393217, 2), (1048577, 1)):
-                for offset in (0, 1):
+            # Softmax rows of every path (registers, staged in one block and in a cluster, two passes; then the
+            # two passes in steps, forced), rows off the 16-byte grid (odd lengths) and operands whose grids differ
+            # (the offset view).
+            for plan, shapes in ((None, ((7, 3), (1025, 3), (8193, 2), (50257, 2), (393217, 2), (1048577, 1))),
+                                 ("steps", ((1025, 300), (100003, 3)))):
+                if plan is not None:
+                    os.environ["ACTIVATIONS_SOFTMAX_PLAN"] = plan
+                for (n, rows), offset in itertools.product(shapes, (0, 1)):
                     x = torch.randn(rows * n + offset, device="cuda", dtype=dtype)[offset:].view(rows, n)
                     for name in activations.REDUCTIONS:
                         y = getattr(activations, name)(x.requires_grad_(), -1)
                         torch.autograd.grad(y, x, torch.randn_like(y))
+                os.environ.pop("ACTIVATIONS_SOFTMAX_PLAN", None)
             # Columns: in tiles (the last one narrower at inner 100 and 300; copied in 16-byte chunks, and off the
             # 16-byte grid in narrower ones), by the split columns kernels (n 9 by default, then forced: the last
             # block narrower at inner 100) and, forced, by the columns kernels: one column a thread and 16 bytes of

@@ -202,13 +202,28 @@ __device__ __forceinline__ uint4 words_of(const Vec<S, V>& v) {
   }
 }
 
+// What a load or store tells L2 (split_in_steps): nothing; keep the line (evict_last: the partial pass's reads, which
+// the apply pass reads again); or the line's last use (evict_first: the apply pass's reads and writes).
+enum CacheHint { kNoHint, kKeepInL2, kLastUse };
+
 // One whole vector from global memory (through the read-only cache) and to it. A 16-byte store is written in PTX:
 // written in C++, nvcc split it into element stores where the same values were also stored element by element
 // (store_vec's edge path, the cluster kernels' stores), and 16-bit rows ran at half speed.
-template <class S, int V>
+template <class S, int V, int kHint = kNoHint>
 __device__ __forceinline__ Vec<S, V> load_whole(const S* p) {
   if constexpr (sizeof(Vec<S, V>) == 16) {
-    const uint4 w = __ldg(reinterpret_cast<const uint4*>(p));
+    uint4 w;
+    if constexpr (kHint == kKeepInL2) {
+      uint64_t policy;
+      asm("createpolicy.fractional.L2::evict_last.b64 %0, 1.0;" : "=l"(policy));
+      asm("ld.global.nc.L2::cache_hint.v4.u32 {%0, %1, %2, %3}, [%4], %5;"
+          : "=r"(w.x), "=r"(w.y), "=r"(w.z), "=r"(w.w)
+          : "l"(p), "l"(policy));
+    } else if constexpr (kHint == kLastUse) {
+      w = __ldcs(reinterpret_cast<const uint4*>(p));
+    } else {
+      w = __ldg(reinterpret_cast<const uint4*>(p));
+    }
     Vec<S, V> v;
     memcpy(&v, &w, sizeof v);
     return v;
@@ -217,21 +232,25 @@ __device__ __forceinline__ Vec<S, V> load_whole(const S* p) {
   }
 }
 
-template <class S, int V>
+template <class S, int V, int kHint = kNoHint>
 __device__ __forceinline__ void store_whole(S* p, const Vec<S, V>& v) {
   if constexpr (sizeof(Vec<S, V>) == 16) {
     const uint4 w = words_of(v);
-    asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w));
+    if constexpr (kHint == kLastUse) {
+      asm volatile("st.global.cs.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w));
+    } else {
+      asm volatile("st.global.v4.b32 [%0], {%1, %2, %3, %4};" ::"l"(p), "r"(w.x), "r"(w.y), "r"(w.z), "r"(w.w));
+    }
   } else {
     *reinterpret_cast<Vec<S, V>*>(p) = v;
   }
 }
 
 // The vector at grid position p (a multiple of V) of a row; `fill` where it holds no element of the row.
-template <class S, int V, bool kEdges>
+template <class S, int V, bool kEdges, int kHint = kNoHint>
 __device__ __forceinline__ Vec<S, V> load_vec(const S* row, int64_t n, int shift, int64_t p, S fill) {
   const int64_t i = p - shift;
-  if (kEdges ? i >= 0 && i + V <= n : i < n) return load_whole<S, V>(row + i);
+  if (kEdges ? i >= 0 && i + V <= n : i < n) return load_whole<S, V, kHint>(row + i);
   Vec<S, V> v;
 #pragma unroll
   for (int k = 0; k < V; ++k) v.v[k] = (kEdges && i + k >= 0 && i + k < n) ? row[i + k] : fill;
@@ -239,7 +258,7 @@ __device__ __forceinline__ Vec<S, V> load_vec(const S* row, int64_t n, int shift
 }
 
 // Writes the row's elements of the vector at grid position p, element k being value(k) (in the compute type).
-template <class S, int V, bool kEdges, class Value>
+template <class S, int V, bool kEdges, int kHint = kNoHint, class Value>
 __device__ __forceinline__ void store_vec(S* row, int64_t n, int shift, int64_t p, Value value) {
   using N = Num<S>;
   const int64_t i = p - shift;
@@ -247,7 +266,7 @@ __device__ __forceinline__ void store_vec(S* row, int64_t n, int shift, int64_t 
     Vec<S, V> v;
 #pragma unroll
     for (int k = 0; k < V; ++k) v.v[k] = N::store(value(k));
-    store_whole<S, V>(row + i, v);
+    store_whole<S, V, kHint>(row + i, v);
   } else if constexpr (kEdges) {
 #pragma unroll
     for (int k = 0; k < V; ++k)
@@ -908,6 +927,10 @@ __global__ void __launch_bounds__(kStagedThreads, sizeof(S) == 2 && kCluster && 
 // (see load_vec; `chunk` a multiple of V).
 
 constexpr int kSplitThreads = 512;
+// split_in_steps: taken where a call's operands are over kStepsMinBytes (beyond what L2 keeps between the two
+// kernels' passes) and a row's over kStepsMinRowBytes (fewer, longer parts); a step holds kStepBytes of rows, a third
+// of the H100's 50 MB L2.
+constexpr int64_t kStepsMinBytes = 64ll << 20, kStepsMinRowBytes = 1 << 20, kStepBytes = 16ll << 20;
 
 // Online (max, sum of exp(x - max)) over V values.
 template <class S, class C>
@@ -929,13 +952,23 @@ __device__ __forceinline__ void block_merge(C& m, C& s, C* scratch) {
   m = big;
 }
 
-template <class S, int V, bool kEdges>
-__global__ void __launch_bounds__(kSplitThreads)
-    split_forward_partial(const S* __restrict__ x, int64_t n, int64_t chunk, int64_t parts, typename Num<S>::C* __restrict__ work) {
+// The cache hints of split_in_steps' passes (kHinted; none for the two kernels'): the partial pass's reads are kept
+// in L2 for the apply pass, whose reads and writes are the lines' last use.
+template <bool kHinted>
+constexpr int kPartialHint = kHinted ? kKeepInL2 : kNoHint;
+template <bool kHinted>
+constexpr int kApplyHint = kHinted ? kLastUse : kNoHint;
+
+// One block's part of the two passes, for the kernels below: the partial pass of row `row`, part `part`, writes its
+// result into row_work[part] (forward: a (max, sum) pair, two values; backward: one sum); the apply pass combines
+// row_work[0 .. parts) and writes the part's output. Every block of a row combines the same values in the same
+// order, so all get the same bits.
+template <class S, int V, bool kEdges, bool kHinted>
+__device__ __forceinline__ void forward_partial_part(const S* __restrict__ x, int64_t row, int64_t part, int64_t n,
+                                                     int64_t chunk, typename Num<S>::C* row_work,
+                                                     typename Num<S>::C* scratch) {
   using N = Num<S>;
   using C = typename N::C;
-  __shared__ C scratch[32];
-  const int64_t row = blockIdx.x / parts, part = blockIdx.x % parts;
   const S* xr = x + row * n;
   const int shift = row_shift<S, V, kEdges>(xr);
   const int64_t begin = part * chunk, end = min(n + shift, begin + chunk);
@@ -943,7 +976,7 @@ __global__ void __launch_bounds__(kSplitThreads)
   C m = -INFINITY, s = 0;
   constexpr int kUnroll = 4;  // loads in flight per thread
   for_each_vector<kSplitThreads, V, kUnroll>(
-      begin, end, [&](int64_t p) { return load_vec<S, V, kEdges>(xr, n, shift, p, fill); },
+      begin, end, [&](int64_t p) { return load_vec<S, V, kEdges, kPartialHint<kHinted>>(xr, n, shift, p, fill); },
       [&](int64_t, const Vec<S, V>& q) {
         C v[V];
 #pragma unroll
@@ -952,23 +985,24 @@ __global__ void __launch_bounds__(kSplitThreads)
       });
   block_merge(m, s, scratch);
   if (threadIdx.x == 0) {
-    work[(row * parts + part) * 2] = m;
-    work[(row * parts + part) * 2 + 1] = s;
+    row_work[part * 2] = m;
+    row_work[part * 2 + 1] = s;
   }
 }
 
-template <class S, int V, bool kEdges>
-__global__ void __launch_bounds__(kSplitThreads)
-    split_forward_apply(const S* __restrict__ x, S* __restrict__ y, int64_t n, int64_t chunk, int64_t parts,
-                        const typename Num<S>::C* __restrict__ work, bool log) {
+template <class S, int V, bool kEdges, bool kHinted>
+__device__ __forceinline__ void forward_apply_part(const S* __restrict__ x, S* __restrict__ y, int64_t row,
+                                                   int64_t part, int64_t n, int64_t chunk, int64_t parts,
+                                                   const typename Num<S>::C* row_work, bool log,
+                                                   typename Num<S>::C* scratch) {
   using N = Num<S>;
   using C = typename N::C;
-  __shared__ C scratch[32];
-  const int64_t row = blockIdx.x / parts, part = blockIdx.x % parts;
+  // Read from L2 (__ldcg), past this SM's L1: split_in_steps' blocks wrote them after a barrier, into lines that
+  // this block may have read two steps before.
   C m = -INFINITY, s = 0;
   if (threadIdx.x < parts) {
-    m = work[(row * parts + threadIdx.x) * 2];
-    s = work[(row * parts + threadIdx.x) * 2 + 1];
+    m = __ldcg(row_work + threadIdx.x * 2);
+    s = __ldcg(row_work + threadIdx.x * 2 + 1);
   }
   block_merge(m, s, scratch);
   const ForwardOutput<S, C> output(s, log);
@@ -977,59 +1011,132 @@ __global__ void __launch_bounds__(kSplitThreads)
   const int shift = row_shift<S, V, kEdges>(xr);
   const int64_t begin = part * chunk, end = min(n + shift, begin + chunk);
   for (int64_t p = begin + threadIdx.x * V; p < end; p += kSplitThreads * V) {
-    const Vec<S, V> q = load_vec<S, V, kEdges>(xr, n, shift, p, N::store(C(0)));
-    store_vec<S, V, kEdges>(yr, n, shift, p, [&](int k) { return output(N::load(q.v[k]) - m); });
+    const Vec<S, V> q = load_vec<S, V, kEdges, kApplyHint<kHinted>>(xr, n, shift, p, N::store(C(0)));
+    store_vec<S, V, kEdges, kApplyHint<kHinted>>(yr, n, shift, p,
+                                                 [&](int k) { return output(N::load(q.v[k]) - m); });
   }
 }
 
-template <class S, int V, bool kEdges>
-__global__ void __launch_bounds__(kSplitThreads)
-    split_backward_partial(const S* __restrict__ g, const S* __restrict__ y, int64_t n, int64_t chunk, int64_t parts,
-                           bool log,
-                           typename Num<S>::C* __restrict__ work) {
+template <class S, int V, bool kEdges, bool kHinted>
+__device__ __forceinline__ void backward_partial_part(const S* __restrict__ g, const S* __restrict__ y, int64_t row,
+                                                      int64_t part, int64_t n, int64_t chunk, bool log,
+                                                      typename Num<S>::C* row_work, typename Num<S>::C* scratch) {
   using N = Num<S>;
   using C = typename N::C;
-  __shared__ C scratch[32];
-  const int64_t row = blockIdx.x / parts, part = blockIdx.x % parts, offset = row * n;
+  const int64_t offset = row * n;
   const int shift = row_shift<S, V, kEdges>(g + offset);
   const int64_t begin = part * chunk, end = min(n + shift, begin + chunk);
   const S zero = N::store(C(0));
   C d = 0;
   for (int64_t p = begin + threadIdx.x * V; p < end; p += kSplitThreads * V) {
-    const Vec<S, V> pg = load_vec<S, V, kEdges>(g + offset, n, shift, p, zero);
+    const Vec<S, V> pg = load_vec<S, V, kEdges, kPartialHint<kHinted>>(g + offset, n, shift, p, zero);
     if (log) {
 #pragma unroll
       for (int k = 0; k < V; ++k) d += N::load(pg.v[k]);
     } else {
-      const Vec<S, V> py = load_vec<S, V, kEdges>(y + offset, n, shift, p, zero);
+      const Vec<S, V> py = load_vec<S, V, kEdges, kPartialHint<kHinted>>(y + offset, n, shift, p, zero);
 #pragma unroll
       for (int k = 0; k < V; ++k) d += N::load(pg.v[k]) * N::load(py.v[k]);
     }
   }
   d = block_reduce<kSplitThreads>(d, Sum{}, scratch);
-  if (threadIdx.x == 0) work[row * parts + part] = d;
+  if (threadIdx.x == 0) row_work[part] = d;
 }
 
-template <class S, int V, bool kEdges>
-__global__ void __launch_bounds__(kSplitThreads)
-    split_backward_apply(const S* __restrict__ g, const S* __restrict__ y, S* __restrict__ gi, int64_t n,
-                         int64_t chunk, int64_t parts, const typename Num<S>::C* __restrict__ work, bool log) {
+template <class S, int V, bool kEdges, bool kHinted>
+__device__ __forceinline__ void backward_apply_part(const S* __restrict__ g, const S* __restrict__ y,
+                                                    S* __restrict__ gi, int64_t row, int64_t part, int64_t n,
+                                                    int64_t chunk, int64_t parts, const typename Num<S>::C* row_work,
+                                                    bool log, typename Num<S>::C* scratch) {
   using N = Num<S>;
   using C = typename N::C;
-  __shared__ C scratch[32];
-  const int64_t row = blockIdx.x / parts, part = blockIdx.x % parts, offset = row * n;
-  C d = threadIdx.x < parts ? work[row * parts + threadIdx.x] : C(0);
+  const int64_t offset = row * n;
+  C d = threadIdx.x < parts ? __ldcg(row_work + threadIdx.x) : C(0);  // from L2, as forward_apply_part's
   d = block_reduce<kSplitThreads>(d, Sum{}, scratch);
   const int shift = row_shift<S, V, kEdges>(g + offset);
   const int64_t begin = part * chunk, end = min(n + shift, begin + chunk);
   const S zero = N::store(C(0));
   for (int64_t p = begin + threadIdx.x * V; p < end; p += kSplitThreads * V) {
-    const Vec<S, V> pg = load_vec<S, V, kEdges>(g + offset, n, shift, p, zero);
-    const Vec<S, V> py = load_vec<S, V, kEdges>(y + offset, n, shift, p, zero);
-    store_vec<S, V, kEdges>(gi + offset, n, shift, p, [&](int k) {
+    const Vec<S, V> pg = load_vec<S, V, kEdges, kApplyHint<kHinted>>(g + offset, n, shift, p, zero);
+    const Vec<S, V> py = load_vec<S, V, kEdges, kApplyHint<kHinted>>(y + offset, n, shift, p, zero);
+    store_vec<S, V, kEdges, kApplyHint<kHinted>>(gi + offset, n, shift, p, [&](int k) {
       const C gk = N::load(pg.v[k]), yk = N::load(py.v[k]);
       return log ? gk - exp_for<S>(yk) * d : yk * (gk - d);
     });
+  }
+}
+
+// The two passes as two kernels over every row at once: block b takes part b % parts of row b / parts. The second
+// finds in L2 what is left there of the first's reads.
+template <class S, int V, bool kEdges, bool kBackward>
+__global__ void __launch_bounds__(kSplitThreads)
+    split_partial(const S* __restrict__ a, const S* __restrict__ b, int64_t n, int64_t chunk, int64_t parts, bool log,
+                  typename Num<S>::C* __restrict__ work) {
+  __shared__ typename Num<S>::C scratch[32];
+  const int64_t row = blockIdx.x / parts, part = blockIdx.x % parts;
+  const int64_t values = kBackward ? 1 : 2;  // a part's result: a sum, or a (max, sum) pair
+  typename Num<S>::C* row_work = work + row * parts * values;
+  if constexpr (kBackward) {
+    backward_partial_part<S, V, kEdges, false>(a, b, row, part, n, chunk, log, row_work, scratch);
+  } else {
+    forward_partial_part<S, V, kEdges, false>(a, row, part, n, chunk, row_work, scratch);
+  }
+}
+
+template <class S, int V, bool kEdges, bool kBackward>
+__global__ void __launch_bounds__(kSplitThreads)
+    split_apply(const S* __restrict__ a, const S* __restrict__ b, S* __restrict__ out, int64_t n, int64_t chunk,
+                int64_t parts, const typename Num<S>::C* __restrict__ work, bool log) {
+  __shared__ typename Num<S>::C scratch[32];
+  const int64_t row = blockIdx.x / parts, part = blockIdx.x % parts;
+  const int64_t values = kBackward ? 1 : 2;
+  const typename Num<S>::C* row_work = work + row * parts * values;
+  if constexpr (kBackward) {
+    backward_apply_part<S, V, kEdges, false>(a, b, out, row, part, n, chunk, parts, row_work, log, scratch);
+  } else {
+    forward_apply_part<S, V, kEdges, false>(a, out, row, part, n, chunk, parts, row_work, log, scratch);
+  }
+}
+
+// The two passes in one cooperative grid, a step of `step_rows` rows at a time: block b takes part b % parts of row
+// b / parts of each step, and the grid meets at a barrier between the passes, so that the apply pass reads the
+// step's rows while L2 still holds them: the partial pass's reads ask L2 to keep their lines (evict_last), the apply
+// pass's reads and writes are their lines' last use (evict_first). The step's partial results go to one of two
+// halves of `work` by the step's parity: a block still applying step s reads its half while others write step
+// s + 1's into the other, and no block writes step s + 2's before all have passed step s + 1's barrier. Two blocks
+// an SM (the __launch_bounds__ hold them to 64 registers), so every GPU holds the grid at once.
+// H100, ms, the two kernels -> this (results/h100-2026-11-28/steps_plans.log): 64 x 4194304 float32 softmax
+// forward 1.210 -> 1.101, backward 1.988 -> 1.644, log_softmax backward 1.580 -> 1.307; bfloat16 forward 0.672 ->
+// 0.591, backward 1.031 -> 0.781; 128 x 2097152 float32 backward 1.932 -> 1.534; 32 x 4194304 float16 backward
+// 0.514 -> 0.391. Without the hints (steps_plans_unhinted.log) it gained half as much (float32 forward 1.160,
+// backward 1.896), and float64, which spills at 64 registers, ran slower (512 x 393216 forward 2.040 -> 2.349):
+// float64 keeps the two kernels.
+template <class S, int V, bool kEdges, bool kBackward>
+__global__ void __launch_bounds__(kSplitThreads, 2)
+    split_in_steps(const S* __restrict__ a, const S* __restrict__ b, S* __restrict__ out, int64_t rows, int64_t n,
+                   int64_t chunk, int64_t parts, int64_t step_rows, bool log, typename Num<S>::C* __restrict__ work) {
+  __shared__ typename Num<S>::C scratch[32];
+  const int64_t values = kBackward ? 1 : 2;
+  const int64_t in_step = blockIdx.x / parts, part = blockIdx.x % parts;
+  cg::grid_group grid = cg::this_grid();
+  for (int64_t first = 0, step = 0; first < rows; first += step_rows, ++step) {
+    const int64_t row = first + in_step;
+    typename Num<S>::C* row_work = work + ((step & 1) * step_rows + in_step) * parts * values;
+    if (row < rows) {
+      if constexpr (kBackward) {
+        backward_partial_part<S, V, kEdges, true>(a, b, row, part, n, chunk, log, row_work, scratch);
+      } else {
+        forward_partial_part<S, V, kEdges, true>(a, row, part, n, chunk, row_work, scratch);
+      }
+    }
+    grid.sync();
+    if (row < rows) {
+      if constexpr (kBackward) {
+        backward_apply_part<S, V, kEdges, true>(a, b, out, row, part, n, chunk, parts, row_work, log, scratch);
+      } else {
+        forward_apply_part<S, V, kEdges, true>(a, out, row, part, n, chunk, parts, row_work, log, scratch);
+      }
+    }
   }
 }
 
@@ -1575,6 +1682,7 @@ __global__ void __launch_bounds__(kSplitColumnThreads)
 
 struct DeviceInfo {
   int major = 0, sms = 1, shared_per_block = 48 * 1024;  // shared memory a block may opt in to
+  int cooperative = 0;  // cooperative launches (split_in_steps)
 };
 
 inline DeviceInfo device_info() {
@@ -1587,6 +1695,7 @@ inline DeviceInfo device_info() {
     cudaDeviceGetAttribute(&cache[device].major, cudaDevAttrComputeCapabilityMajor, device);
     cudaDeviceGetAttribute(&cache[device].sms, cudaDevAttrMultiProcessorCount, device);
     cudaDeviceGetAttribute(&cache[device].shared_per_block, cudaDevAttrMaxSharedMemoryPerBlockOptin, device);
+    cudaDeviceGetAttribute(&cache[device].cooperative, cudaDevAttrCooperativeLaunch, device);
     known[device] = true;
   }
   return cache[device];
@@ -1623,6 +1732,9 @@ struct Plan {
   int vec = 1;
   bool edges = false;  // rows that do not start on the 16-byte grid (see load_vec); never on the register path
   bool stage_both = false;  // a staged backward's: y and g staged (see staged_backward)
+  // The split path in steps of step_rows rows (split_in_steps), `step_parts` parts of `step_chunk` a row, where
+  // step_rows > 0; else, or where the cooperative launch is refused, the two kernels with parts and chunk.
+  int64_t step_rows = 0, step_parts = 0, step_chunk = 0;
 };
 
 // The most blocks a 16-bit row's forward is staged in: the portable cluster size. Up to 8 staged ran faster than
@@ -1742,10 +1854,13 @@ Plan plan_rows(bool backward, bool log, int64_t rows, int64_t n, const void* a, 
     return plan;
   };
   // ACTIVATIONS_SOFTMAX_PLAN forces a path where it fits: "threads,elements" (one of kConfigs), "staged,C" (C
-  // blocks a row, up to the device's largest cluster and shared memory), or "split": for timing the alternatives
+  // blocks a row, up to the device's largest cluster and shared memory), "split" (the two kernels) or "steps"
+  // (split_in_steps, where the device has cooperative launches): for timing the alternatives
   // (tools/softmax_plans.py), not for use. Read at every call, so that one process can time several.
   const char* forced = getenv("ACTIVATIONS_SOFTMAX_PLAN");
-  const bool force_split = forced != nullptr && strcmp(forced, "split") == 0;
+  const bool force_steps = forced != nullptr && strcmp(forced, "steps") == 0;
+  const bool force_two_kernels = forced != nullptr && strcmp(forced, "split") == 0;
+  const bool force_split = force_steps || force_two_kernels;
   if (!std::is_same_v<S, double> && !force_split) {  // float64 (rarely fast-path material) takes the two-pass path
     int threads = 0, elements = 0, cluster = 0;
     if (forced != nullptr && sscanf(forced, "staged,%d", &cluster) == 1 && cluster >= 1 && cluster <= max_cluster &&
@@ -1815,6 +1930,17 @@ Plan plan_rows(bool backward, bool log, int64_t rows, int64_t n, const void* a, 
   }
   plan.parts = parts;
   plan.chunk = chunk;
+  // The passes in steps (split_in_steps, not float64's: see there): a step holds kStepBytes of rows, or one row,
+  // and its rows share the grid's blocks (two an SM, the kernel's __launch_bounds__).
+  const int64_t row_bytes = n * static_cast<int64_t>(sizeof(S)) * (backward ? 2 : 1);
+  const bool many_long_rows = sizeof(S) < 8 && rows * row_bytes > kStepsMinBytes && row_bytes >= kStepsMinRowBytes;
+  const int64_t grid_blocks = std::min<int64_t>(2 * device.sms, kSplitThreads);  // apply: a part a thread
+  if (device.cooperative && (force_steps || (many_long_rows && !force_two_kernels))) {
+    plan.step_rows = std::clamp<int64_t>(kStepBytes / row_bytes, 1, std::min(rows, grid_blocks));
+    const int64_t wanted = grid_blocks / plan.step_rows;
+    plan.step_chunk = ((span + wanted - 1) / wanted + step - 1) / step * step;
+    plan.step_parts = (span + plan.step_chunk - 1) / plan.step_chunk;
+  }
   return plan;
 }
 
@@ -1836,6 +1962,22 @@ const char* launch(void (*kernel)(KernelArgs...), int64_t blocks, int threads, i
   const ClusterLaunch clusters(blocks, threads, cluster, shared, stream);
   const cudaError_t error = cudaLaunchKernelEx(&clusters.config, kernel, static_cast<KernelArgs>(args)...);
   return error == cudaSuccess ? last_error() : cudaGetErrorString(error);
+}
+
+// Launches kernel over `blocks` blocks of kSplitThreads as one cooperative grid (every block resident at once, so
+// that cg::this_grid().sync() can hold them at a barrier).
+template <class... KernelArgs, class... Args>
+cudaError_t launch_cooperative(void (*kernel)(KernelArgs...), int64_t blocks, cudaStream_t stream, Args... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = dim3(static_cast<unsigned>(blocks));
+  config.blockDim = dim3(kSplitThreads);
+  config.stream = stream;
+  cudaLaunchAttribute cooperative[1];
+  cooperative[0].id = cudaLaunchAttributeCooperative;
+  cooperative[0].val.cooperative = 1;
+  config.attrs = cooperative;
+  config.numAttrs = 1;
+  return cudaLaunchKernelEx(&config, kernel, static_cast<KernelArgs>(args)...);
 }
 
 // The clusters a staged kernel launches: one a row, except for forwards of rows on the 16-byte grid in clusters of
@@ -2000,18 +2142,20 @@ const char* run_rows(bool log, int64_t rows, int64_t n, const void* a, const voi
     if (rows * plan.parts > 0x7fffffff) return "too many rows for one launch";
     const auto grid = static_cast<unsigned>(rows * plan.parts);
     C* work = static_cast<C*>(workspace);
-    const auto split = [&](auto edges) {
+    const auto split = [&](auto edges) -> const char* {
       constexpr bool kEdges = decltype(edges)::value;
-      if constexpr (kBackward) {
-        split_backward_partial<S, V, kEdges><<<grid, kSplitThreads, 0, stream>>>(pa, pb, n, plan.chunk, plan.parts,
-                                                                                   log, work);
-        split_backward_apply<S, V, kEdges><<<grid, kSplitThreads, 0, stream>>>(pa, pb, po, n, plan.chunk, plan.parts,
-                                                                                 work, log);
-      } else {
-        split_forward_partial<S, V, kEdges><<<grid, kSplitThreads, 0, stream>>>(pa, n, plan.chunk, plan.parts, work);
-        split_forward_apply<S, V, kEdges><<<grid, kSplitThreads, 0, stream>>>(pa, po, n, plan.chunk, plan.parts, work,
-                                                                                log);
+      if (plan.step_rows > 0) {
+        const cudaError_t error =
+            launch_cooperative(split_in_steps<S, V, kEdges, kBackward>, plan.step_rows * plan.step_parts, stream, pa,
+                               pb, po, rows, n, plan.step_chunk, plan.step_parts, plan.step_rows, log, work);
+        if (error == cudaSuccess) return nullptr;
+        if (error != cudaErrorCooperativeLaunchTooLarge) return cudaGetErrorString(error);
+        cudaGetLastError();  // refused (the grid would not be resident at once): the two kernels instead
       }
+      split_partial<S, V, kEdges, kBackward><<<grid, kSplitThreads, 0, stream>>>(pa, pb, n, plan.chunk, plan.parts, log,
+                                                                                 work);
+      split_apply<S, V, kEdges, kBackward><<<grid, kSplitThreads, 0, stream>>>(pa, pb, po, n, plan.chunk, plan.parts,
+                                                                               work, log);
       return last_error();
     };
     if constexpr (V > 1) {
@@ -2256,7 +2400,11 @@ int64_t workspace_bytes(bool backward, SoftmaxShape shape, const void* a, const 
   if (shape.inner != 1 || shape.n == 0 || shape.outer == 0) return 0;
   // log picks among register configurations only, never the path: the workspace is the same for both.
   const Plan plan = plan_rows<S>(backward, false, shape.outer, shape.n, a, b, out);
-  return plan.path == Path::Split ? shape.outer * plan.parts * 2 * static_cast<int64_t>(sizeof(typename Num<S>::C)) : 0;
+  if (plan.path != Path::Split) return 0;
+  // Two values a part (the forward's (max, sum); the backward uses one): the two kernels' parts of every row, or
+  // two steps' parts, whichever is more (a refused cooperative launch falls back to the two kernels).
+  const int64_t parts = std::max(shape.outer * plan.parts, 2 * plan.step_rows * plan.step_parts);
+  return parts * 2 * static_cast<int64_t>(sizeof(typename Num<S>::C));
 }
 
 // One (storage type, direction)'s entry points, declared in softmax_launch.cuh; each generated unit

@@ -1,6 +1,7 @@
 """Times our softmax / log_softmax (forward or backward operator) at one shape under each CUDA path named, beside
 torch's. A path is a value of ACTIVATIONS_SOFTMAX_PLAN (kernels/softmax_kernels.cuh, plan_rows): "default" (the
-choice the code makes), "split", "staged,C" (C blocks a row) or "threads,elements"; over another dim than the
+choice the code makes), "split" (the two passes as two kernels), "steps" (in one cooperative grid, steps of rows
+at a time), "staged,C" (C blocks a row) or "threads,elements"; over another dim than the
 last (the shape followed by ":dim"), "columns", "columns,1", "columns,16" (one column or 16 bytes of columns a thread;
 column_vector), "columns,split" (a block's threads sharing a column's rows; split_column_width) or "tiles,W" (W
 columns a tile; plan_columns). A path that does not fit the shape falls back to the default choice.
