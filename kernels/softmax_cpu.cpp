@@ -368,19 +368,51 @@ void softmax_backward_row(int64_t n, const T* g, const T* y, T* gi) {
   backward_output<kLog>(n, g, y, static_cast<compute_t<T>>(sum), gi);
 }
 
-// The forward widens float16 rows into float rows first and rounds them back at the end (F16C, 8 at a time: g++
-// vectorizes no float16 conversion inside a loop), one conversion each way per element. The backward's loops
-// convert float16 8 elements at a time themselves (backward_sum, backward_output): widened whole, its rows of
-// 50257 took three row-sized float buffers, more than the L2 holds, and ran at 0.38-0.45x torch's.
+// A float16 row: each pass widens a run of kSoftmaxBlock elements at a time into `run` (F16C: g++ vectorizes no
+// float16 conversion inside a loop), which stays in L1, and runs softmax_row's float loops over it, in the same
+// runs, so the results are softmax_row's of the widened row to the bit; softmax keeps its exponentials (n floats)
+// in `exponentials`, and the output is narrowed a run at a time. Widened whole into a float row first (and
+// rounded out of it after), the passes moved 32 bytes an element where they move 14 (2-core Ice Lake Xeon,
+// tools/cpu_softmax_min.py, the trees in turn, two rounds, torch/ours: at 64 x 50257 softmax 0.86-0.87x ->
+// 1.10-1.12x, log_softmax 0.84-0.87x -> 0.97x; at 4096 x 1024 softmax 0.93-1.01x -> 1.05-1.12x). The backward's
+// loops convert float16 8 or 16 elements at a time themselves (backward_sum, backward_output): widened whole, its
+// rows of 50257 took three row-sized float buffers, more than the L2 holds, and ran at 0.38-0.45x torch's.
+template <bool kLog>
+void softmax_half_row(int64_t n, const c10::Half* x, c10::Half* y, float* exponentials) {
+  alignas(64) float run[kSoftmaxBlock];
+  const auto widened = [&](int64_t first, int64_t count) {
+    widen(count, x + first, run);
+    return run;
+  };
+  float max = -std::numeric_limits<float>::infinity();
+  for_runs(n, [&](int64_t first, int64_t count) { max = max_of(count, widened(first, count), max); });
+  Sum<float> sum = 0;
+  if constexpr (kLog) {
+    for_runs(n, [&](int64_t first, int64_t count) { sum += sum_exp<float, float>(count, widened(first, count), max); });
+    const float log_sum = static_cast<float>(log_of_sum(sum));
+    for_runs(n, [&](int64_t first, int64_t count) {
+      log_softmax_output(count, widened(first, count), max, log_sum, run);
+      narrow(count, run, y + first);
+    });
+  } else {
+    for_runs(n, [&](int64_t first, int64_t count) {
+      sum += exp_and_sum<float, float>(count, widened(first, count), max, exponentials + first);
+    });
+    const float factor = static_cast<float>(1 / sum);
+    for_runs(n, [&](int64_t first, int64_t count) {
+      scale(count, exponentials + first, factor, run);
+      narrow(count, run, y + first);
+    });
+  }
+}
+
 template <bool kLog, class S>
 void softmax_rows(int64_t rows, int64_t n, const S* x, S* y) {
   parallel(rows, std::max<int64_t>(1, kCpuGrain / n), [=](int64_t begin, int64_t end) {
-    std::vector<float> row(std::is_same_v<S, compute_t<S>> ? 0 : n);  // float16's row, bfloat16's exponentials
+    std::vector<float> row(std::is_same_v<S, compute_t<S>> ? 0 : n);  // the 16-bit types' exponentials
     for (int64_t r = begin; r < end; ++r) {
       if constexpr (std::is_same_v<S, c10::Half>) {
-        widen(n, x + r * n, row.data());
-        softmax_row<kLog, float, float>(n, row.data(), row.data(), nullptr);
-        narrow(n, row.data(), y + r * n);
+        softmax_half_row<kLog>(n, x + r * n, y + r * n, row.data());
       } else {
         softmax_row<kLog>(n, x + r * n, y + r * n, row.data());
       }
