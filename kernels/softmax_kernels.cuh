@@ -1066,6 +1066,33 @@ __device__ __forceinline__ void backward_apply_part(const S* __restrict__ g, con
   }
 }
 
+// A part's result: the backward's sum, or the forward's (max, sum) pair.
+template <bool kBackward>
+constexpr int64_t kPartValues = kBackward ? 1 : 2;
+
+// Either direction's partial and apply passes over one part (a = x, or a = g and b = y).
+template <class S, int V, bool kEdges, bool kBackward, bool kHinted>
+__device__ __forceinline__ void partial_part(const S* a, const S* b, int64_t row, int64_t part, int64_t n,
+                                             int64_t chunk, bool log, typename Num<S>::C* row_work,
+                                             typename Num<S>::C* scratch) {
+  if constexpr (kBackward) {
+    backward_partial_part<S, V, kEdges, kHinted>(a, b, row, part, n, chunk, log, row_work, scratch);
+  } else {
+    forward_partial_part<S, V, kEdges, kHinted>(a, row, part, n, chunk, row_work, scratch);
+  }
+}
+
+template <class S, int V, bool kEdges, bool kBackward, bool kHinted>
+__device__ __forceinline__ void apply_part(const S* a, const S* b, S* out, int64_t row, int64_t part, int64_t n,
+                                           int64_t chunk, int64_t parts, const typename Num<S>::C* row_work,
+                                           bool log, typename Num<S>::C* scratch) {
+  if constexpr (kBackward) {
+    backward_apply_part<S, V, kEdges, kHinted>(a, b, out, row, part, n, chunk, parts, row_work, log, scratch);
+  } else {
+    forward_apply_part<S, V, kEdges, kHinted>(a, out, row, part, n, chunk, parts, row_work, log, scratch);
+  }
+}
+
 // The two passes as two kernels over every row at once: block b takes part b % parts of row b / parts. The second
 // finds in L2 what is left there of the first's reads.
 template <class S, int V, bool kEdges, bool kBackward>
@@ -1074,13 +1101,8 @@ __global__ void __launch_bounds__(kSplitThreads)
                   typename Num<S>::C* __restrict__ work) {
   __shared__ typename Num<S>::C scratch[32];
   const int64_t row = blockIdx.x / parts, part = blockIdx.x % parts;
-  const int64_t values = kBackward ? 1 : 2;  // a part's result: a sum, or a (max, sum) pair
-  typename Num<S>::C* row_work = work + row * parts * values;
-  if constexpr (kBackward) {
-    backward_partial_part<S, V, kEdges, false>(a, b, row, part, n, chunk, log, row_work, scratch);
-  } else {
-    forward_partial_part<S, V, kEdges, false>(a, row, part, n, chunk, row_work, scratch);
-  }
+  partial_part<S, V, kEdges, kBackward, false>(a, b, row, part, n, chunk, log,
+                                               work + row * parts * kPartValues<kBackward>, scratch);
 }
 
 template <class S, int V, bool kEdges, bool kBackward>
@@ -1089,13 +1111,8 @@ __global__ void __launch_bounds__(kSplitThreads)
                 int64_t parts, const typename Num<S>::C* __restrict__ work, bool log) {
   __shared__ typename Num<S>::C scratch[32];
   const int64_t row = blockIdx.x / parts, part = blockIdx.x % parts;
-  const int64_t values = kBackward ? 1 : 2;
-  const typename Num<S>::C* row_work = work + row * parts * values;
-  if constexpr (kBackward) {
-    backward_apply_part<S, V, kEdges, false>(a, b, out, row, part, n, chunk, parts, row_work, log, scratch);
-  } else {
-    forward_apply_part<S, V, kEdges, false>(a, out, row, part, n, chunk, parts, row_work, log, scratch);
-  }
+  apply_part<S, V, kEdges, kBackward, false>(a, b, out, row, part, n, chunk, parts,
+                                             work + row * parts * kPartValues<kBackward>, log, scratch);
 }
 
 // The two passes in one cooperative grid, a step of `step_rows` rows at a time: block b takes part b % parts of row
@@ -1116,26 +1133,17 @@ __global__ void __launch_bounds__(kSplitThreads, 2)
     split_in_steps(const S* __restrict__ a, const S* __restrict__ b, S* __restrict__ out, int64_t rows, int64_t n,
                    int64_t chunk, int64_t parts, int64_t step_rows, bool log, typename Num<S>::C* __restrict__ work) {
   __shared__ typename Num<S>::C scratch[32];
-  const int64_t values = kBackward ? 1 : 2;
   const int64_t in_step = blockIdx.x / parts, part = blockIdx.x % parts;
   cg::grid_group grid = cg::this_grid();
   for (int64_t first = 0, step = 0; first < rows; first += step_rows, ++step) {
     const int64_t row = first + in_step;
-    typename Num<S>::C* row_work = work + ((step & 1) * step_rows + in_step) * parts * values;
+    typename Num<S>::C* row_work = work + ((step & 1) * step_rows + in_step) * parts * kPartValues<kBackward>;
     if (row < rows) {
-      if constexpr (kBackward) {
-        backward_partial_part<S, V, kEdges, true>(a, b, row, part, n, chunk, log, row_work, scratch);
-      } else {
-        forward_partial_part<S, V, kEdges, true>(a, row, part, n, chunk, row_work, scratch);
-      }
+      partial_part<S, V, kEdges, kBackward, true>(a, b, row, part, n, chunk, log, row_work, scratch);
     }
     grid.sync();
     if (row < rows) {
-      if constexpr (kBackward) {
-        backward_apply_part<S, V, kEdges, true>(a, b, out, row, part, n, chunk, parts, row_work, log, scratch);
-      } else {
-        forward_apply_part<S, V, kEdges, true>(a, out, row, part, n, chunk, parts, row_work, log, scratch);
-      }
+      apply_part<S, V, kEdges, kBackward, true>(a, b, out, row, part, n, chunk, parts, row_work, log, scratch);
     }
   }
 }
