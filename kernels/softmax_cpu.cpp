@@ -148,9 +148,9 @@ constexpr Add kAdd;
 constexpr Max kMax;
 
 // The row loops read and write runs of T: float, double or bfloat16 (converted inside the loop, by load() and
-// store(), which g++ vectorizes), or a float buffer that a float16 row was widened into (g++ vectorizes no float16
-// conversion; widen() and narrow() use F16C 8 or 16 elements at a time). C is the compute type. The column loops
-// below read float16 in place.
+// store(), which g++ vectorizes), or a float buffer that a run of a float16 row was widened into (softmax_half_row:
+// g++ vectorizes no float16 conversion; widen() and narrow() use F16C 8 or 16 elements at a time). C is the compute
+// type. The column loops below read float16 in place.
 template <class T>
 ACTIVATIONS_CPU_WIDE_LOOP compute_t<T> max_of(int64_t n, const T* x, compute_t<T> m) {
   if constexpr (kInLanes<T>) return reduce_in_lanes<T>(n, m, kMax, [x](int64_t i, bool) { return x[i]; });
@@ -335,11 +335,12 @@ void for_runs(int64_t n, Fn&& fn) {
 }
 
 // One row of T (float, double or bfloat16, read and written in place by the loops) into y; `exponentials`, n
-// floats, holds softmax's exponentials of a bfloat16 row (float and double keep them in y). y may be x. Partial:
-// see partial_sum_t (float16's row is widened to float).
-template <bool kLog, class T, class Partial = partial_sum_t<T>>
+// floats, holds softmax's exponentials of a bfloat16 row (float and double keep them in y). y may be x. float16
+// rows: softmax_half_row.
+template <bool kLog, class T>
 void softmax_row(int64_t n, const T* x, T* y, float* exponentials) {
   using C = compute_t<T>;
+  using Partial = partial_sum_t<T>;
   C max = -std::numeric_limits<C>::infinity();
   for_runs(n, [&](int64_t first, int64_t count) { max = max_of(count, x + first, max); });
   Sum<C> sum = 0;
