@@ -1175,8 +1175,10 @@ def check_softmax_rows_backward(name, x, y, seed, what):
 
 # Row lengths: every path of the CUDA kernels (warp, block, cluster of blocks, two passes) and every register
 # configuration (kConfigs: 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192 elements) at its edges. The CPU runs the
-# short ones, and rows on either side of its vectors' widths (8 doubles, 16 floats) and of its short rows' limits.
-SOFTMAX_CPU_LENGTHS = [1, 7, 8, 9, 16, 17, 31, 32, 33, 1024, 1025, 50257]
+# short ones, and rows on either side of its vectors' widths (8 doubles, 16 floats), of its short rows' limits
+# (transposed below 16 or 32, 16-bit rows widened up to 128: kWidenedRow) and of its blocks of rows (up to 2048
+# elements a block: kRowBlockElements).
+SOFTMAX_CPU_LENGTHS = [1, 7, 8, 9, 16, 17, 31, 32, 33, 64, 128, 129, 1024, 1025, 2048, 2049, 50257]
 SOFTMAX_CUDA_LENGTHS = [1, 7, 32, 33, 64, 65, 128, 129, 256, 257, 512, 513, 1000, 1024, 1025, 2048, 2049, 4096,
                         4097, 8192, 8193, 16384, 32768, 49152, 50257, 65536, 131072, 393216, 393217, 1048576, 4194304]
 
@@ -1197,6 +1199,8 @@ def test_softmax_matches_float64(name, device, n, dtype):
         rows = 4 if dtype == torch.float32 else 1
     if device == "cpu" and n < 32:
         rows = 5000  # short rows go 256 at a time (kShortRow): many blocks, a partial one, both threads
+    elif device == "cpu" and n <= 2048:
+        rows = 300  # blocks of 2048 / n rows (kRowBlockElements), a partial one, both threads
     x = softmax_rows(n, rows, dtype, device, seed)
     rows = x.shape[0]
     poison_allocator(device, 4 * x.numel() * x.element_size())

@@ -328,36 +328,65 @@ ACTIVATIONS_CPU_WIDE_LOOP void backward_output_columns(int64_t steps, int64_t st
   }
 }
 
+// Rows of up to kRowBlockElements elements go through the forward's passes kRowBlockElements / n at a time (at
+// most kRowBlock; softmax_row_block).
+constexpr int64_t kRowBlockElements = 2048, kRowBlock = 128;
+
 // Calls fn(first, count) over [0, n) in runs of kSoftmaxBlock elements.
 template <class Fn>
 void for_runs(int64_t n, Fn&& fn) {
   for (int64_t first = 0; first < n; first += kSoftmaxBlock) fn(first, std::min(kSoftmaxBlock, n - first));
 }
 
-// One row of T (float, double or bfloat16, read and written in place by the loops) into y; `exponentials`, n
-// floats, holds softmax's exponentials of a bfloat16 row (float and double keep them in y). y may be x. float16
-// rows: softmax_half_row.
+// Rows of T (float, double or bfloat16, read and written in place by the loops) into y, a block of `rows` rows of
+// n at a time (see kRowBlock); `exponentials`, rows x n floats, holds softmax's exponentials of bfloat16 rows
+// (float and double keep them in y). y may be x. float16 rows: softmax_half_row. Each row's max and sum, then the
+// block's totals (log_softmax's log(sum), softmax's 1 / sum) in one loop, then each row's output: the totals'
+// divisions and logarithms vectorize across the rows, where a row at a time took one libm log (about 14 ns) or one
+// division each, and the passes are inlined into one function (flatten), where each was a call. One thread, rows
+// in cache, torch/ours (short_rows_min_ab.log): float32 rows of 16 softmax 0.70x -> 0.89x, log_softmax 0.45-0.47x
+// -> 0.67-0.69x; of 32 0.81x -> 0.97-1.07x and 0.55-0.57x -> 0.80-0.88x; of 1024 0.84-0.88x -> 0.94-0.98x and
+// 0.91-0.99x -> 0.91-0.95x.
 template <bool kLog, class T>
-void softmax_row(int64_t n, const T* x, T* y, float* exponentials) {
+ACTIVATIONS_CPU_WIDE_LOOP void softmax_row_block(int64_t rows, int64_t n, const T* x, T* y, float* exponentials) {
   using C = compute_t<T>;
   using Partial = partial_sum_t<T>;
-  C max = -std::numeric_limits<C>::infinity();
-  for_runs(n, [&](int64_t first, int64_t count) { max = max_of(count, x + first, max); });
-  Sum<C> sum = 0;
-  if constexpr (kLog) {
-    for_runs(n, [&](int64_t first, int64_t count) { sum += sum_exp<T, Partial>(count, x + first, max); });
-    log_softmax_output(n, x, max, static_cast<C>(log_of_sum(sum)), y);
-  } else {
-    C* e = nullptr;
+  alignas(64) C max[kRowBlock], total[kRowBlock];
+  alignas(64) Sum<C> sum[kRowBlock];
+  const auto e_of = [&](int64_t r) {
     if constexpr (std::is_same_v<T, C>) {
-      e = y;
+      return y + r * n;
     } else {
-      e = exponentials;
+      return exponentials + r * n;
     }
-    for_runs(n, [&](int64_t first, int64_t count) {
-      sum += exp_and_sum<T, Partial>(count, x + first, max, e + first);
-    });
-    scale(n, e, static_cast<C>(1 / sum), y);
+  };
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* row = x + r * n;
+    C m = -std::numeric_limits<C>::infinity();
+    for_runs(n, [&](int64_t first, int64_t count) { m = max_of(count, row + first, m); });
+    Sum<C> s = 0;
+    if constexpr (kLog) {
+      for_runs(n, [&](int64_t first, int64_t count) { s += sum_exp<T, Partial>(count, row + first, m); });
+    } else {
+      C* e = e_of(r);
+      for_runs(n, [&](int64_t first, int64_t count) { s += exp_and_sum<T, Partial>(count, row + first, m, e + first); });
+    }
+    max[r] = m;
+    sum[r] = s;
+  }
+  // log(sum) as log1p(sum - 1), fdlibm's (within 0.8 ulp; activations.cuh), which vectorizes where libm's log is a
+  // call: sum - 1 is exact, the sum being at least 1 (its max's term), or NaN. (In the scalar code of the column
+  // passes it would call libm's fma: log_of_sum stays libm's log there.)
+#pragma omp simd
+  for (int64_t r = 0; r < rows; ++r) {
+    total[r] = static_cast<C>(kLog ? log1p_of(static_cast<double>(sum[r]) - 1.0) : 1 / sum[r]);
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    if constexpr (kLog) {
+      log_softmax_output(n, x + r * n, max[r], total[r], y + r * n);
+    } else {
+      scale(n, e_of(r), total[r], y + r * n);
+    }
   }
 }
 
@@ -370,8 +399,8 @@ void softmax_backward_row(int64_t n, const T* g, const T* y, T* gi) {
 }
 
 // A float16 row: each pass widens a run of kSoftmaxBlock elements at a time into `run` (F16C: g++ vectorizes no
-// float16 conversion inside a loop), which stays in L1, and runs softmax_row's float loops over it, in the same
-// runs, so the results are softmax_row's of the widened row to the bit; softmax keeps its exponentials (n floats)
+// float16 conversion inside a loop), which stays in L1, and runs softmax_row_block's float loops over it, in the same
+// runs, so the results are softmax_row_block's of the widened row to the bit; softmax keeps its exponentials (n floats)
 // in `exponentials`, and the output is narrowed a run at a time. Widened whole into a float row first (and
 // rounded out of it after), the passes moved 32 bytes an element where they move 14 (2-core Ice Lake Xeon,
 // tools/cpu_softmax_min.py, the trees in turn, two rounds, torch/ours: at 64 x 50257 softmax 0.86-0.87x ->
@@ -407,15 +436,62 @@ void softmax_half_row(int64_t n, const c10::Half* x, c10::Half* y, float* expone
   }
 }
 
+// float16 and bfloat16 rows of at most kWidenedRow elements (past the transposed ones) in blocks as the float rows,
+// widened into a float buffer (in L1), taken through the float rows' passes there, and narrowed: the in-place
+// bfloat16 loops (omp simd sums, their lanes added one after another) and a float16 row's runs cost more a row.
+// 2-core Ice Lake Xeon, one thread, 2^18 elements, the least of 300 calls, torch/ours, two runs of each tree in
+// turn (results/cpu-icelake-2026-11-28/short_rows_min_ab.log), with the float rows' blocks (softmax_row_block):
+// rows of 32, bfloat16 softmax forward 0.55-0.65x -> 1.14-1.15x, log_softmax 0.47-0.80x -> 0.92-0.94x, softmax
+// backward 0.38-0.39x -> 0.59-0.62x; float16 forward 0.74x -> 1.14-1.16x. Rows of 256 and longer ran slower so
+// (bfloat16 at 512 forward 1.06-1.14x -> 0.95-1.04x, backward at 1024 0.91x -> 0.74-0.76x), and float16's
+// backward (8 or 16 elements at a time through F16C already) no faster: float16 backwards keep their rows.
+constexpr int64_t kWidenedRow = 128;
+template <bool kLog, class S>
+void softmax_widened_rows(int64_t rows, int64_t n, const S* x, S* y) {
+  const int64_t block = std::clamp<int64_t>(kRowBlockElements / n, 1, kRowBlock);
+  parallel(rows, std::max<int64_t>(1, kCpuGrain / n), [=](int64_t begin, int64_t end) {
+    alignas(64) float widened[kRowBlockElements];
+    for (int64_t r = begin; r < end; r += block) {
+      const int64_t count = std::min(block, end - r);
+      widen(count * n, x + r * n, widened);
+      softmax_row_block<kLog, float>(count, n, widened, widened, nullptr);
+      narrow(count * n, widened, y + r * n);
+    }
+  });
+}
+
+template <bool kLog, class S>
+void softmax_backward_widened_rows(int64_t rows, int64_t n, const S* g, const S* y, S* gi) {
+  const int64_t block = std::clamp<int64_t>(kRowBlockElements / n, 1, kRowBlock);
+  parallel(rows, std::max<int64_t>(1, kCpuGrain / n), [=](int64_t begin, int64_t end) {
+    alignas(64) float g_widened[kRowBlockElements], y_widened[kRowBlockElements];
+    for (int64_t r = begin; r < end; r += block) {
+      const int64_t count = std::min(block, end - r);
+      widen(count * n, g + r * n, g_widened);
+      widen(count * n, y + r * n, y_widened);
+      for (int64_t k = 0; k < count * n; k += n) {
+        softmax_backward_row<kLog, float>(n, g_widened + k, y_widened + k, g_widened + k);
+      }
+      narrow(count * n, g_widened, gi + r * n);
+    }
+  });
+}
+
 template <bool kLog, class S>
 void softmax_rows(int64_t rows, int64_t n, const S* x, S* y) {
+  if constexpr (sizeof(S) == 2) {
+    if (n <= kWidenedRow) return softmax_widened_rows<kLog>(rows, n, x, y);
+  }
+  const int64_t block = std::clamp<int64_t>(kRowBlockElements / n, 1, kRowBlock);
   parallel(rows, std::max<int64_t>(1, kCpuGrain / n), [=](int64_t begin, int64_t end) {
-    std::vector<float> row(std::is_same_v<S, compute_t<S>> ? 0 : n);  // the 16-bit types' exponentials
-    for (int64_t r = begin; r < end; ++r) {
+    std::vector<float> exponentials(std::is_same_v<S, compute_t<S>> ? 0 : block * n);  // the 16-bit types'
+    for (int64_t r = begin; r < end; r += block) {
       if constexpr (std::is_same_v<S, c10::Half>) {
-        softmax_half_row<kLog>(n, x + r * n, y + r * n, row.data());
+        for (int64_t k = r; k < std::min(r + block, end); ++k) {
+          softmax_half_row<kLog>(n, x + k * n, y + k * n, exponentials.data());
+        }
       } else {
-        softmax_row<kLog>(n, x + r * n, y + r * n, row.data());
+        softmax_row_block<kLog>(std::min(block, end - r), n, x + r * n, y + r * n, exponentials.data());
       }
     }
   });
@@ -423,6 +499,9 @@ void softmax_rows(int64_t rows, int64_t n, const S* x, S* y) {
 
 template <bool kLog, class S>
 void softmax_backward_rows(int64_t rows, int64_t n, const S* g, const S* y, S* gi) {
+  if constexpr (std::is_same_v<S, c10::BFloat16>) {
+    if (n <= kWidenedRow) return softmax_backward_widened_rows<kLog>(rows, n, g, y, gi);
+  }
   parallel(rows, std::max<int64_t>(1, kCpuGrain / n), [=](int64_t begin, int64_t end) {
     for (int64_t r = begin; r < end; ++r) softmax_backward_row<kLog>(n, g + r * n, y + r * n, gi + r * n);
   });
@@ -532,6 +611,13 @@ constexpr int64_t kShortRow = 16;
 // rows of 16-31 stay in the row loops (at 16, 0.72-0.74x there against 0.63x transposed).
 template <class S>
 constexpr int64_t kShortRowForward = sizeof(S) == 2 ? 32 : kShortRow;
+// So do bfloat16's backwards (one thread, 2^18 elements in cache, least of 300 calls, torch/ours: softmax's at rows
+// of 16 2.66-2.69x -> 3.67-5.28x, at 24 1.28-1.35x -> 3.12-3.27x, log_softmax's at 24 0.89-1.10x -> 2.85-2.93x;
+// results/cpu-icelake-2026-11-28/short_rows_min_ab.log). float16's row loops convert 8 or 16 elements at a time
+// (F16C) and ran faster than transposed (softmax backward at 16 4.38-6.45x against 2.49-3.19x, log_softmax's at
+// 24 1.66-2.06x against 1.24-1.35x; float16_transposed_backward.log).
+template <class S>
+constexpr int64_t kShortRowBackward = std::is_same_v<S, c10::BFloat16> ? 32 : kShortRow;
 
 template <class S, class C = compute_t<S>>
 ACTIVATIONS_CPU_WIDE_LOOP void rows_to_columns(int64_t w, int64_t n, const S* x, C* t) {
@@ -606,7 +692,7 @@ void cpu_softmax_backward(bool log, DType dtype, SoftmaxShape shape, const void*
     const auto* g = static_cast<const S*>(grad_out);
     const auto* y = static_cast<const S*>(output);
     auto* gi = static_cast<S*>(grad_in);
-    if (shape.inner == 1 && shape.n < kShortRow) {
+    if (shape.inner == 1 && shape.n < kShortRowBackward<S>) {
       log ? softmax_backward_short_rows<true>(shape.outer, shape.n, g, y, gi)
           : softmax_backward_short_rows<false>(shape.outer, shape.n, g, y, gi);
     } else if (shape.inner == 1) {
