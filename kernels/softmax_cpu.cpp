@@ -329,7 +329,7 @@ ACTIVATIONS_CPU_WIDE_LOOP void backward_output_columns(int64_t steps, int64_t st
 }
 
 // Rows of up to kRowBlockElements elements go through the forward's passes kRowBlockElements / n at a time (at
-// most kRowBlock; softmax_row_block).
+// most kRowBlock; softmax_row_block), and short 16-bit rows are widened so, a block at a time (softmax_widened_rows).
 constexpr int64_t kRowBlockElements = 2048, kRowBlock = 128;
 
 // Calls fn(first, count) over [0, n) in runs of kSoftmaxBlock elements.
@@ -369,7 +369,9 @@ ACTIVATIONS_CPU_WIDE_LOOP void softmax_row_block(int64_t rows, int64_t n, const 
       for_runs(n, [&](int64_t first, int64_t count) { s += sum_exp<T, Partial>(count, row + first, m); });
     } else {
       C* e = e_of(r);
-      for_runs(n, [&](int64_t first, int64_t count) { s += exp_and_sum<T, Partial>(count, row + first, m, e + first); });
+      for_runs(n, [&](int64_t first, int64_t count) {
+        s += exp_and_sum<T, Partial>(count, row + first, m, e + first);
+      });
     }
     max[r] = m;
     sum[r] = s;
