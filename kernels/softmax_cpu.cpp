@@ -401,8 +401,9 @@ void softmax_backward_row(int64_t n, const T* g, const T* y, T* gi) {
 }
 
 // A float16 row: each pass widens a run of kSoftmaxBlock elements at a time into `run` (F16C: g++ vectorizes no
-// float16 conversion inside a loop), which stays in L1, and runs softmax_row_block's float loops over it, in the same
-// runs, so the results are softmax_row_block's of the widened row to the bit; softmax keeps its exponentials (n floats)
+// float16 conversion inside a loop), which stays in L1, and runs softmax_row_block's float loops over it, in the
+// same runs, so the results are softmax_row_block's of the widened row to the bit, but for log_softmax's log(sum):
+// libm's log here, log1p(sum - 1) there, each within an ulp of double. softmax keeps its exponentials (n floats)
 // in `exponentials`, and the output is narrowed a run at a time. Widened whole into a float row first (and
 // rounded out of it after), the passes moved 32 bytes an element where they move 14 (2-core Ice Lake Xeon,
 // tools/cpu_softmax_min.py, the trees in turn, two rounds, torch/ours: at 64 x 50257 softmax 0.86-0.87x ->
