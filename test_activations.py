@@ -1162,6 +1162,20 @@ def check_softmax_backward(name, y, g, grad_input, dim, what):
     assert_within(grad_input, exact, bound, y.dtype, what)
 
 
+def check_softmax_rows_of(lengths, dtypes, rows=40):
+    """check_softmax_forward and check_softmax_rows_backward over rows of each length: for a build of other vector
+    widths (test_avx2_build_gives_this_builds_float64_results)."""
+    for name in SOFTMAX_OPS:
+        for dtype in dtypes:
+            for n in lengths:
+                seed = fresh_seed()
+                x = softmax_rows(n, rows, dtype, "cpu", seed)
+                y = softmax_ours(name)(x.requires_grad_(), -1)
+                what = f"{name} {dtype} {x.shape[0]}x{n} (seed {seed})"
+                check_softmax_forward(name, x, y, -1, what + " forward")
+                check_softmax_rows_backward(name, x, y, seed, what + " backward")
+
+
 def check_softmax_rows_backward(name, x, y, seed, what):
     """The backward over the last dim of y = op(x) at a gradient drawn from seed, output memory poisoned first,
     within check_softmax_backward's bounds. The backward of a NaN row is NaN: checked on the other rows."""
@@ -1176,9 +1190,10 @@ def check_softmax_rows_backward(name, x, y, seed, what):
 # Row lengths: every path of the CUDA kernels (warp, block, cluster of blocks, two passes) and every register
 # configuration (kConfigs: 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192 elements) at its edges. The CPU runs the
 # short ones, and rows on either side of its vectors' widths (8 doubles, 16 floats), of its short rows' limits
-# (transposed below 16 or 32, 16-bit rows widened up to 128: kWidenedRow) and of its blocks of rows (up to 2048
-# elements a block: kRowBlockElements).
-SOFTMAX_CPU_LENGTHS = [1, 7, 8, 9, 16, 17, 31, 32, 33, 64, 128, 129, 1024, 1025, 2048, 2049, 50257]
+# (transposed below 16, rows of 1-8 vectors of floats in registers: kRegisterVectors, with a vector repeated at 72
+# and 100; 16-bit rows widened up to 128 with AVX2: kWidenedRow) and of its blocks of rows (up to 2048 elements a
+# block: kRowBlockElements).
+SOFTMAX_CPU_LENGTHS = [1, 7, 8, 9, 16, 17, 31, 32, 33, 64, 72, 100, 128, 129, 1024, 1025, 2048, 2049, 50257]
 SOFTMAX_CUDA_LENGTHS = [1, 7, 32, 33, 64, 65, 128, 129, 256, 257, 512, 513, 1000, 1024, 1025, 2048, 2049, 4096,
                         4097, 8192, 8193, 16384, 32768, 49152, 50257, 65536, 131072, 393216, 393217, 1048576, 4194304]
 
@@ -2115,13 +2130,16 @@ def test_avx2_build_gives_this_builds_float64_results(tmp_path):
     """The CPU loops built for AVX2 (ATEN_CPU_CAPABILITY=avx2, as on an AVX2 host) give the float64 results of this
     build bit for bit, NaN payloads aside. host_double::exp_nonpositive takes another clamp there (a max of the
     doubles, where AVX-512 builds take an integer minimum of the bits), which CI's AVX-512 machine would otherwise
-    never run: the sigmoid family's forwards and backwards over special and random inputs."""
+    never run: the sigmoid family's forwards and backwards over special and random inputs. The same build's
+    softmax rows are within the bounds at the lengths its 8-float vectors change paths: register rows of 2-8
+    vectors (a vector repeated at 40 and 56), 16-bit rows widened past them (65-128)."""
     seed = fresh_seed()
     x = torch.cat([sample(4099, torch.float64, "cpu", seed) * scale for scale in (1.0, 30.0, 800.0)])
     ops = ["sigmoid", "silu", "softplus", "mish", "gelu", "elu"]
     torch.save(x, tmp_path / "x.pt")
     code = ("import sys, torch, test_activations as t; "
-            "torch.save(t.float64_results(torch.load(sys.argv[1]), sys.argv[3].split(',')), sys.argv[2])")
+            "torch.save(t.float64_results(torch.load(sys.argv[1]), sys.argv[3].split(',')), sys.argv[2]); "
+            "t.check_softmax_rows_of([15, 16, 17, 40, 56, 64, 65, 128], t.DTYPES)")
     env = {**os.environ, "ACTIVATIONS_CPU_ONLY": "1", "ATEN_CPU_CAPABILITY": "avx2",
            "ACTIVATIONS_CACHE_DIR": str(tmp_path / "cache")}
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "x.pt"), str(tmp_path / "avx2.pt"), ",".join(ops)],

@@ -7,7 +7,9 @@
 // A row (inner == 1) takes three passes: its max, then softmax's exponentials (kept) and their sum, or
 // log_softmax's sum of exp(x - max), then the output; a slab of columns
 // (inner > 1) the same passes, a block of columns at a time, so that every inner loop runs along memory; rows
-// shorter than a vector go through the column passes transposed, a block of rows at a time (kShortRow). The max
+// shorter than a vector go through the column passes transposed, a block of rows at a time (kShortRow), and rows
+// of one to kRegisterVectors vectors of floats (float, float16, bfloat16: 16-128 elements with AVX-512) are held
+// in registers, a row at a time (RegisterRow), their sums in float lanes. The max
 // ignores NaN and the sum carries it: a row with a NaN sums to NaN, and so does a row of -inf (-inf - -inf), so
 // both give NaN everywhere, as torch's. Sums go kSoftmaxBlock terms at a time into a vector of partial sums in
 // double (reduce_in_lanes; bfloat16 rows' in float, by omp simd), whose total is added to the row's sum in Sum:
@@ -328,8 +330,9 @@ ACTIVATIONS_CPU_WIDE_LOOP void backward_output_columns(int64_t steps, int64_t st
   }
 }
 
-// Rows of up to kRowBlockElements elements go through the forward's passes kRowBlockElements / n at a time (at
-// most kRowBlock; softmax_row_block), and short 16-bit rows are widened so, a block at a time (softmax_widened_rows).
+// Rows of up to kRowBlockElements elements past the register rows go through the forward's passes
+// kRowBlockElements / n at a time (at most kRowBlock; softmax_row_block), and short 16-bit rows are widened so, a
+// block at a time (softmax_widened_rows).
 constexpr int64_t kRowBlockElements = 2048, kRowBlock = 128;
 
 // Calls fn(first, count) over [0, n) in runs of kSoftmaxBlock elements.
@@ -346,7 +349,7 @@ void for_runs(int64_t n, Fn&& fn) {
 // division each, and the passes are inlined into one function (flatten), where each was a call. One thread, rows
 // in cache, torch/ours (short_rows_min_ab.log): float32 rows of 16 softmax 0.70x -> 0.89x, log_softmax 0.45-0.47x
 // -> 0.67-0.69x; of 32 0.81x -> 0.97-1.07x and 0.55-0.57x -> 0.80-0.88x; of 1024 0.84-0.88x -> 0.94-0.98x and
-// 0.91-0.99x -> 0.91-0.95x.
+// 0.91-0.99x -> 0.91-0.95x. (Rows of 16-128 floats went on to the register rows, faster again.)
 template <bool kLog, class T>
 ACTIVATIONS_CPU_WIDE_LOOP void softmax_row_block(int64_t rows, int64_t n, const T* x, T* y, float* exponentials) {
   using C = compute_t<T>;
@@ -439,7 +442,8 @@ void softmax_half_row(int64_t n, const c10::Half* x, c10::Half* y, float* expone
   }
 }
 
-// float16 and bfloat16 rows of at most kWidenedRow elements (past the transposed ones) in blocks as the float rows,
+// float16 and bfloat16 rows of at most kWidenedRow elements past the register rows (65-128 where the vectors are
+// 256 bits; none with AVX-512, whose register rows reach 128) in blocks as the float rows,
 // widened into a float buffer (in L1), taken through the float rows' passes there, and narrowed: the in-place
 // bfloat16 loops (omp simd sums, their lanes added one after another) and a float16 row's runs cost more a row.
 // 2-core Ice Lake Xeon, one thread, 2^18 elements, the least of 300 calls, torch/ours, two runs of each tree in
@@ -480,8 +484,235 @@ void softmax_backward_widened_rows(int64_t rows, int64_t n, const S* g, const S*
   });
 }
 
+// Rows of one vector of floats up to kRegisterVectors of them (RegisterRow), a row at a time in registers: the row
+// loaded whole as vectors of the compute type, its max and sum combined across the vectors and folded in their
+// lanes, its output computed from the registers and stored, so that y may be x and gi may be g. Sums in float
+// lanes: a lane adds at most kRegisterVectors terms before the fold's log2(kLanes) additions, at most 13 roundings
+// of a sum of n <= 128, inside the forwards' and backward's bounds of (8 + sqrt(n)) ulp. Where a row's loops each
+// took a call, a reduction over one or two vectors of lanes in double (float rows) or by omp simd (bfloat16), a
+// tail and a loop for the output, these rows ran at 0.44-0.97x torch's. One thread, 2^18 elements, the least of
+// 300 calls, the trees in turn, two rounds, torch/ours (results/cpu-icelake-2026-11-28/register_rows_ab.log),
+// rows of 16-128: float32 forwards 0.67-1.09x -> 0.99-2.09x, backwards 0.42-1.06x -> 0.99-1.98x; bfloat16
+// forwards 0.80-9.62x -> 1.12-17.4x, backwards 0.55-4.25x -> 0.93-23.3x; float16 forwards 0.87-7.51x ->
+// 1.20-16.2x, backwards 0.30-6.42x -> 1.26-30.1x.
+constexpr int kRegisterVectors = 8;
+template <class T>
+constexpr int kLanesOf = kVectorBytes / sizeof(compute_t<T>);
+
+// kLanesOf<T> elements at `at` in the compute type, as one vector; and back, rounded to T. bfloat16 by the bit
+// arithmetic of load() and store() on whole vectors (g++ left the loops over a vector's lanes scalar), 16 bits
+// widened to 32 and narrowed back by one instruction each where the vectors are 512 bits (vpmovzxwd, vpmovdw: g++
+// split the 512-bit conversions into 256-bit halves).
+typedef uint16_t BFloat16Lanes __attribute__((vector_size(kVectorBytes / 2)));
+typedef uint32_t BitLanes __attribute__((vector_size(kVectorBytes)));
+ACTIVATIONS_CPU_WIDE_LOOP inline BitLanes widen_bits(BFloat16Lanes h) {
+#ifdef ACTIVATIONS_CPU_AVX512
+  typedef short Short16 __attribute__((vector_size(32)));
+  typedef int Int16 __attribute__((vector_size(64)));
+  return (BitLanes)__builtin_ia32_pmovzxwd512_mask((Short16)h, Int16{}, 0xffff);
+#else
+  return __builtin_convertvector(h, BitLanes);
+#endif
+}
+ACTIVATIONS_CPU_WIDE_LOOP inline BFloat16Lanes narrow_bits(BitLanes bits) {
+#ifdef ACTIVATIONS_CPU_AVX512
+  typedef short Short16 __attribute__((vector_size(32)));
+  typedef int Int16 __attribute__((vector_size(64)));
+  return (BFloat16Lanes)__builtin_ia32_pmovdw512_mask((Int16)bits, Short16{}, 0xffff);
+#else
+  return __builtin_convertvector(bits, BFloat16Lanes);
+#endif
+}
+template <class T, class V = typename Vector<compute_t<T>>::type>
+ACTIVATIONS_CPU_WIDE_LOOP inline V load_vector(const T* at) {
+  alignas(kVectorBytes) compute_t<T> lanes[kLanesOf<T>];
+  if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    BFloat16Lanes h;
+    memcpy(&h, at, sizeof h);
+    const BitLanes bits = widen_bits(h) << 16;
+    memcpy(lanes, &bits, sizeof bits);
+  } else if constexpr (kF16c && std::is_same_v<T, c10::Half> && kHalfStep == kLanesOf<T>) {
+    load_halves(at, lanes);
+  } else {
+    for (int k = 0; k < kLanesOf<T>; ++k) lanes[k] = load(at[k]);
+  }
+  V v;
+  memcpy(&v, lanes, sizeof v);
+  return v;
+}
+template <class T, class V = typename Vector<compute_t<T>>::type>
+ACTIVATIONS_CPU_WIDE_LOOP inline void store_vector(V v, T* at) {
+  alignas(kVectorBytes) compute_t<T> lanes[kLanesOf<T>];
+  memcpy(lanes, &v, sizeof v);
+  if constexpr (std::is_same_v<T, c10::BFloat16>) {
+    BitLanes bits;  // rounded to nearest even as store(); NaN gives 0x7fc0
+    memcpy(&bits, &v, sizeof bits);
+    const BitLanes rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+    const BFloat16Lanes h = narrow_bits(v != v ? BitLanes{} + 0x7fc0u : rounded);
+    memcpy(at, &h, sizeof h);
+  } else if constexpr (kF16c && std::is_same_v<T, c10::Half> && kHalfStep == kLanesOf<T>) {
+    store_halves(lanes, at);
+  } else {
+    for (int k = 0; k < kLanesOf<T>; ++k) at[k] = store<T>(lanes[k]);
+  }
+}
+
+// fn(std::integral_constant<int, vectors>) for the fewest of 1, 2, 3, 4, 6 or kRegisterVectors vectors of S's
+// compute type that hold n elements (see RegisterRow).
+template <class S, class Fn>
+void with_vector_count(int64_t n, Fn&& fn) {
+  switch ((n + kLanesOf<S> - 1) / kLanesOf<S>) {
+    case 1: return fn(std::integral_constant<int, 1>{});
+    case 2: return fn(std::integral_constant<int, 2>{});
+    case 3: return fn(std::integral_constant<int, 3>{});
+    case 4: return fn(std::integral_constant<int, 4>{});
+    case 5:
+    case 6: return fn(std::integral_constant<int, 6>{});
+    default: return fn(std::integral_constant<int, kRegisterVectors>{});
+  }
+}
+
+// exp of each lane of kVectors vectors, in place: one vectorized loop over their lanes, not unrolled. (Unrolled
+// into each vector's instructions, the register rows took cpu_kernels.cpp's compile from 8-9 s to 15-16 s.)
+template <int kVectors, class V, class C = std::remove_reference_t<decltype(V{}[0])>>
+ACTIVATIONS_CPU_WIDE_LOOP inline void exp_of_lanes(V* v) {
+  C* lanes = reinterpret_cast<C*>(v);  // g++'s vector types may alias their element type
+#pragma omp simd
+  for (int k = 0; k < kVectors * kVectorBytes / int(sizeof(C)); ++k) lanes[k] = exp_of(lanes[k]);
+}
+
+// A row of n elements of T, kLanes <= n <= kVectors kLanes, as kVectors vectors of the compute type: vector v holds
+// elements [v kLanes, (v + 1) kLanes), or the row's last kLanes where that would pass its end, so that the last
+// vectors may repeat elements of the ones before (a row of 40 floats in 4 vectors of 16: 0-15, 16-31, 24-39,
+// 24-39). The sum counts each element once; the output is stored from every vector, repeated elements twice, the
+// same values. Vector counts of 1, 2, 4 and 8 only (with_vector_count): each count is a copy of the code, and
+// all 8 took cpu_kernels.cpp's compile from 8-9 s to 15-16 s.
+template <int kVectors, class T>
+struct RegisterRow {
+  using C = compute_t<T>;
+  using V = typename Vector<C>::type;
+  using Index = typename Vector<C>::index_type;
+  static constexpr int kLanes = kLanesOf<T>;
+  int64_t last;  // the row's last vector's first element
+  Index lane;    // 0, 1, ..., kLanes - 1
+
+  ACTIVATIONS_CPU_WIDE_LOOP explicit RegisterRow(int64_t n) : last(n - kLanes) {
+    for (int k = 0; k < kLanes; ++k) lane[k] = k;
+  }
+  ACTIVATIONS_CPU_WIDE_LOOP int64_t first(int v) const { return std::min<int64_t>(v * kLanes, last); }
+  ACTIVATIONS_CPU_WIDE_LOOP void load(const T* row, V* v) const {
+#pragma GCC unroll kRegisterVectors
+    for (int k = 0; k < kVectors; ++k) v[k] = load_vector(row + first(k));
+  }
+  ACTIVATIONS_CPU_WIDE_LOOP void store(const V* v, T* row) const {
+#pragma GCC unroll kRegisterVectors
+    for (int k = 0; k < kVectors; ++k) store_vector(v[k], row + first(k));
+  }
+  // The sum of the row's terms: vector v's lanes from v kLanes - first(v) on (those not in the vectors before).
+  ACTIVATIONS_CPU_WIDE_LOOP C sum(const V* terms) const {
+    using Lane = std::remove_reference_t<decltype(lane[0])>;
+    V sum = terms[0];
+#pragma GCC unroll kRegisterVectors
+    for (int k = 1; k < kVectors; ++k) sum += lane >= Lane(k * kLanes - first(k)) ? terms[k] : V{};
+    return fold_vector<C>(sum, kAdd);
+  }
+  // The max, NaN passed over (a repeated lane counts twice, which leaves a max unchanged).
+  ACTIVATIONS_CPU_WIDE_LOOP C max(const V* x) const {
+    V max = V{} - std::numeric_limits<C>::infinity();
+#pragma GCC unroll kRegisterVectors
+    for (int k = 0; k < kVectors; ++k) max = kMax(max, x[k]);
+    return fold_vector<C>(max, kMax);
+  }
+};
+
+// Rows of kVectors vectors (see RegisterRow) into y, which may be x. softmax a row at a time: its exponentials
+// stay in registers, times 1 / sum. log_softmax a block of kLogBlock rows at a time: each row's max and sum, then
+// the block's log(sum) in one vectorized loop (log1p(sum - 1), sum - 1 exact: see softmax_row_block; a scalar
+// log1p a row took the float32 rows of 16 from 0.69x torch's to 0.47-0.56x), then each row's output from x again.
+constexpr int kLogBlock = 16;
+template <bool kLog, int kVectors, class S>
+ACTIVATIONS_CPU_WIDE_LOOP void softmax_register_rows(int64_t rows, int64_t n, const S* x, S* y) {
+  using Row = RegisterRow<kVectors, S>;
+  using C = typename Row::C;
+  using V = typename Row::V;
+  const Row row(n);
+  V v[kVectors], e[kVectors];
+  const auto max_and_sum = [&](const S* at, C& max, C& sum) {
+    row.load(at, v);
+    max = row.max(v);
+#pragma GCC unroll kRegisterVectors
+    for (int k = 0; k < kVectors; ++k) e[k] = v[k] - max;
+    exp_of_lanes<kVectors>(e);
+    sum = row.sum(e);
+  };
+  if constexpr (!kLog) {
+    for (int64_t r = 0; r < rows; ++r, x += n, y += n) {
+      C max, sum;
+      max_and_sum(x, max, sum);
+      const C factor = C(1) / sum;
+#pragma GCC unroll kRegisterVectors
+      for (int k = 0; k < kVectors; ++k) e[k] *= factor;
+      row.store(e, y);
+    }
+  } else {
+    for (int64_t first = 0; first < rows; first += kLogBlock) {
+      const int64_t count = std::min<int64_t>(kLogBlock, rows - first);
+      alignas(64) C max[kLogBlock], log_sum[kLogBlock];
+      for (int r = 0; r < kLogBlock; ++r) log_sum[r] = 1;
+      for (int r = 0; r < count; ++r) max_and_sum(x + (first + r) * n, max[r], log_sum[r]);
+#pragma omp simd
+      for (int r = 0; r < kLogBlock; ++r) log_sum[r] = log1p_of(log_sum[r] - C(1));
+      for (int r = 0; r < count; ++r) {
+        row.load(x + (first + r) * n, v);
+#pragma GCC unroll kRegisterVectors
+        for (int k = 0; k < kVectors; ++k) v[k] = (v[k] - max[r]) - log_sum[r];
+        row.store(v, y + (first + r) * n);
+      }
+    }
+  }
+}
+
+// The backward of rows of kVectors vectors (see RegisterRow) into gi, which may be g.
+template <bool kLog, int kVectors, class S>
+ACTIVATIONS_CPU_WIDE_LOOP void softmax_backward_register_rows(int64_t rows, int64_t n, const S* g, const S* y,
+                                                              S* gi) {
+  using Row = RegisterRow<kVectors, S>;
+  using C = typename Row::C;
+  using V = typename Row::V;
+  const Row row(n);
+  for (int64_t r = 0; r < rows; ++r, g += n, y += n, gi += n) {
+    V gv[kVectors], yv[kVectors], terms[kVectors];
+    row.load(g, gv);
+    row.load(y, yv);
+#pragma GCC unroll kRegisterVectors
+    for (int k = 0; k < kVectors; ++k) terms[k] = kLog ? gv[k] : gv[k] * yv[k];
+    const C sum = row.sum(terms);
+    if constexpr (kLog) exp_of_lanes<kVectors>(yv);  // g - exp(y) sum
+#pragma GCC unroll kRegisterVectors
+    for (int k = 0; k < kVectors; ++k) gv[k] = kLog ? gv[k] - yv[k] * sum : yv[k] * (gv[k] - sum);
+    row.store(gv, gi);
+  }
+}
+
+// Whether rows of n go through the register rows: float, float16 and bfloat16 rows of one vector of floats up to
+// kRegisterVectors. (float64 rows keep the row loops, faster than torch's there already: its copies of the
+// register rows would cost compile time.)
+template <class S>
+constexpr bool in_registers(int64_t n) {
+  return !std::is_same_v<S, double> && n >= kLanesOf<S> && n <= kRegisterVectors * kLanesOf<S>;
+}
+
 template <bool kLog, class S>
 void softmax_rows(int64_t rows, int64_t n, const S* x, S* y) {
+  if constexpr (in_registers<S>(kLanesOf<S>)) {
+    if (in_registers<S>(n)) {
+      return parallel(rows, std::max<int64_t>(1, kCpuGrain / n), [=](int64_t begin, int64_t end) {
+        with_vector_count<S>(n, [&](auto vectors) {
+          softmax_register_rows<kLog, vectors()>(end - begin, n, x + begin * n, y + begin * n);
+        });
+      });
+    }
+  }
   if constexpr (sizeof(S) == 2) {
     if (n <= kWidenedRow) return softmax_widened_rows<kLog>(rows, n, x, y);
   }
@@ -503,9 +734,17 @@ void softmax_rows(int64_t rows, int64_t n, const S* x, S* y) {
 template <bool kLog, class S>
 void softmax_backward_rows(int64_t rows, int64_t n, const S* g, const S* y, S* gi) {
   if constexpr (std::is_same_v<S, c10::BFloat16>) {
-    if (n <= kWidenedRow) return softmax_backward_widened_rows<kLog>(rows, n, g, y, gi);
+    if (!in_registers<S>(n) && n <= kWidenedRow) return softmax_backward_widened_rows<kLog>(rows, n, g, y, gi);
   }
   parallel(rows, std::max<int64_t>(1, kCpuGrain / n), [=](int64_t begin, int64_t end) {
+    if constexpr (in_registers<S>(kLanesOf<S>)) {
+      if (in_registers<S>(n)) {
+        const int64_t at = begin * n;
+        return with_vector_count<S>(n, [&](auto vectors) {
+          softmax_backward_register_rows<kLog, vectors()>(end - begin, n, g + at, y + at, gi + at);
+        });
+      }
+    }
     for (int64_t r = begin; r < end; ++r) softmax_backward_row<kLog>(n, g + r * n, y + r * n, gi + r * n);
   });
 }
@@ -606,21 +845,11 @@ void softmax_backward_columns(SoftmaxShape shape, const S* g, const S* y, S* gi)
 // the column passes above take it as w columns of n steps, their vectors running across the rows, and the result
 // is copied back. The copies are scalar, but the row loops ran such rows one element at a time: on a 2-core Ice
 // Lake Xeon, 2 threads, 2^21 elements, torch/ours, forward 0.45-1.42x -> 3.2-6.1x at rows of 4, 8 and 12, backward
-// 0.63-2.08x -> 1.64-3.07x (results/cpu-icelake-2026-11-27/short_rows_ab.log). At 16 and 32 the copies cost
-// more than the row loops.
+// 0.63-2.08x -> 1.64-3.07x (results/cpu-icelake-2026-11-27/short_rows_ab.log). Rows of 16 and longer go through
+// the register rows, which ran faster than transposed for the 16-bit types too (which were transposed up to 31:
+// bfloat16 at 16-31, one thread, torch/ours, forwards 2.35-5.25x -> 3.26-15.7x, backwards 2.02-4.11x ->
+// 7.50-21.0x; register_rows_ab.log).
 constexpr int64_t kShortRow = 16;
-// The 16-bit forwards take rows shorter than 32 so too, where their row loops' omp simd sums and conversions cost
-// most: bfloat16 at rows of 16, 24 and 31, forward 0.34-1.38x -> 1.75-6.40x torch (short_rows_ab.log). float32's
-// rows of 16-31 stay in the row loops (at 16, 0.72-0.74x there against 0.63x transposed).
-template <class S>
-constexpr int64_t kShortRowForward = sizeof(S) == 2 ? 32 : kShortRow;
-// So do bfloat16's backwards (one thread, 2^18 elements in cache, least of 300 calls, torch/ours: softmax's at rows
-// of 16 2.66-2.69x -> 3.67-5.28x, at 24 1.28-1.35x -> 3.12-3.27x, log_softmax's at 24 0.89-1.10x -> 2.85-2.93x;
-// results/cpu-icelake-2026-11-28/short_rows_min_ab.log). float16's row loops convert 8 or 16 elements at a time
-// (F16C) and ran faster than transposed (softmax backward at 16 4.38-6.45x against 2.49-3.19x, log_softmax's at
-// 24 1.66-2.06x against 1.24-1.35x; float16_transposed_backward.log).
-template <class S>
-constexpr int64_t kShortRowBackward = std::is_same_v<S, c10::BFloat16> ? 32 : kShortRow;
 
 template <class S, class C = compute_t<S>>
 ACTIVATIONS_CPU_WIDE_LOOP void rows_to_columns(int64_t w, int64_t n, const S* x, C* t) {
@@ -677,7 +906,7 @@ void cpu_softmax_forward(bool log, DType dtype, SoftmaxShape shape, const void* 
     using S = decltype(storage);
     const auto* in = static_cast<const S*>(x);
     auto* out = static_cast<S*>(y);
-    if (shape.inner == 1 && shape.n < kShortRowForward<S>) {
+    if (shape.inner == 1 && shape.n < kShortRow) {
       log ? softmax_short_rows<true>(shape.outer, shape.n, in, out)
           : softmax_short_rows<false>(shape.outer, shape.n, in, out);
     } else if (shape.inner == 1) {
@@ -695,7 +924,7 @@ void cpu_softmax_backward(bool log, DType dtype, SoftmaxShape shape, const void*
     const auto* g = static_cast<const S*>(grad_out);
     const auto* y = static_cast<const S*>(output);
     auto* gi = static_cast<S*>(grad_in);
-    if (shape.inner == 1 && shape.n < kShortRowBackward<S>) {
+    if (shape.inner == 1 && shape.n < kShortRow) {
       log ? softmax_backward_short_rows<true>(shape.outer, shape.n, g, y, gi)
           : softmax_backward_short_rows<false>(shape.outer, shape.n, g, y, gi);
     } else if (shape.inner == 1) {
