@@ -694,6 +694,50 @@ ACTIVATIONS_CPU_WIDE_LOOP void softmax_backward_register_rows(int64_t rows, int6
   }
 }
 
+// softmax's backward over one 16-bit row past the register rows, up to kRowBlockElements, in vectors of floats as
+// those (load_vector, store_vector): the sum over runs of kSoftmaxBlock elements in kAccumulators vectors of float
+// lanes each, the runs' sums added in double; the row's last kLanes elements as a last vector, whose lanes that the
+// vectors before hold are left out of the sum, and whose output is computed before any is stored (gi may be g).
+// Against the row loops (backward_sum's omp simd sum for bfloat16, float16's 16 partial sums in an array), one
+// thread, 2^18 elements, the least of 300 calls, the trees in turn, three rounds, torch/ours
+// (results/cpu-icelake-2026-11-28/vector_rows_backward_ab.log): bfloat16 at 129-256 0.57-0.73x -> 0.80-0.98x, at
+// 512-2048 0.81-0.95x -> 0.87-0.99x; float16 at 129-256 0.58-0.80x -> 0.83-1.03x, at 512-2048 about even. Taken
+// for log_softmax's backward and float32's as well, they ran slower (float32 log_softmax at 200-512 1.00-1.24x ->
+// 0.89-1.09x; vector_rows_backward_all_ab.log), and float16 rows of 50257 too (1.08x -> 0.78-0.98x).
+template <class S>
+ACTIVATIONS_CPU_WIDE_LOOP void softmax_backward_vector_row(int64_t n, const S* g, const S* y, S* gi) {
+  using C = compute_t<S>;
+  using V = typename Vector<C>::type;
+  constexpr int kLanes = kLanesOf<S>, kAccumulators = 4;
+  const auto term = [&](int64_t at) { return load_vector(g + at) * load_vector(y + at); };
+  const int64_t whole = n / kLanes * kLanes;  // elements in whole vectors
+  double sum = 0;
+  for (int64_t first = 0; first < whole; first += kSoftmaxBlock) {
+    const int64_t end = std::min(first + kSoftmaxBlock, whole);
+    V partial[kAccumulators] = {};
+    int64_t i = first;
+    for (; i + kAccumulators * kLanes <= end; i += kAccumulators * kLanes) {
+      for (int k = 0; k < kAccumulators; ++k) partial[k] += term(i + k * kLanes);
+    }
+    for (; i < end; i += kLanes) partial[0] += term(i);
+    for (int k = 1; k < kAccumulators; ++k) partial[0] += partial[k];
+    sum += fold_vector<C>(partial[0], kAdd);
+  }
+  const int64_t last = n - kLanes;
+  typename Vector<C>::index_type lane;
+  for (int k = 0; k < kLanes; ++k) lane[k] = k;
+  using Lane = std::remove_reference_t<decltype(lane[0])>;
+  sum += fold_vector<C>(lane >= Lane(whole - last) ? term(last) : V{}, kAdd);
+  const C total = static_cast<C>(sum);
+  const auto output = [&](int64_t at) {
+    V gv = load_vector(g + at), yv = load_vector(y + at);
+    return yv * (gv - total);
+  };
+  const V last_output = output(last);
+  for (int64_t i = 0; i < whole; i += kLanes) store_vector(output(i), gi + i);
+  store_vector(last_output, gi + last);
+}
+
 // Whether rows of n go through the register rows: float, float16 and bfloat16 rows of one vector of floats up to
 // kRegisterVectors. (float64 rows keep the row loops, faster than torch's there already: its copies of the
 // register rows would cost compile time.)
@@ -745,7 +789,15 @@ void softmax_backward_rows(int64_t rows, int64_t n, const S* g, const S* y, S* g
         });
       }
     }
-    for (int64_t r = begin; r < end; ++r) softmax_backward_row<kLog>(n, g + r * n, y + r * n, gi + r * n);
+    for (int64_t r = begin; r < end; ++r) {
+      if constexpr (!kLog && sizeof(S) == 2) {
+        if (n <= kRowBlockElements) {
+          softmax_backward_vector_row(n, g + r * n, y + r * n, gi + r * n);
+          continue;
+        }
+      }
+      softmax_backward_row<kLog>(n, g + r * n, y + r * n, gi + r * n);
+    }
   });
 }
 
