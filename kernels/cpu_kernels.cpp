@@ -122,11 +122,17 @@ template <class scalar_t>
 inline scalar_t store(compute_t<scalar_t> v) {
   return static_cast<scalar_t>(v);  // float, double; float16 without F16C (c10's bit arithmetic)
 }
+// A float's bits rounded to bfloat16's to nearest even, as c10: add 0x7fff plus the lowest bit kept, drop 16 bits
+// (not for NaN). Bits: uint32_t, or a vector of them (softmax's store_vector).
+template <class Bits>
+inline Bits bfloat16_bits_rounded(Bits bits) {
+  return (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+}
 template <>
 inline c10::BFloat16 store<c10::BFloat16>(float v) {
-  // Round to nearest even, as c10: add 0x7fff plus the lowest bit kept, drop 16 bits; NaN gives 0x7fc0.
+  // NaN gives 0x7fc0.
   const uint32_t bits = host_float::bits_of(v);
-  const uint32_t rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  const uint32_t rounded = bfloat16_bits_rounded(bits);
   return c10::BFloat16(static_cast<uint16_t>(v != v ? 0x7fc0u : rounded), c10::BFloat16::from_bits());
 }
 

@@ -505,24 +505,21 @@ constexpr int kLanesOf = kVectorBytes / sizeof(compute_t<T>);
 // split the 512-bit conversions into 256-bit halves).
 typedef uint16_t BFloat16Lanes __attribute__((vector_size(kVectorBytes / 2)));
 typedef uint32_t BitLanes __attribute__((vector_size(kVectorBytes)));
-ACTIVATIONS_CPU_WIDE_LOOP inline BitLanes widen_bits(BFloat16Lanes h) {
 #ifdef ACTIVATIONS_CPU_AVX512
-  typedef short Short16 __attribute__((vector_size(32)));
-  typedef int Int16 __attribute__((vector_size(64)));
+typedef short Short16 __attribute__((vector_size(32)));
+typedef int Int16 __attribute__((vector_size(64)));
+ACTIVATIONS_CPU_WIDE_LOOP inline BitLanes widen_bits(BFloat16Lanes h) {
   return (BitLanes)__builtin_ia32_pmovzxwd512_mask((Short16)h, Int16{}, 0xffff);
-#else
-  return __builtin_convertvector(h, BitLanes);
-#endif
 }
 ACTIVATIONS_CPU_WIDE_LOOP inline BFloat16Lanes narrow_bits(BitLanes bits) {
-#ifdef ACTIVATIONS_CPU_AVX512
-  typedef short Short16 __attribute__((vector_size(32)));
-  typedef int Int16 __attribute__((vector_size(64)));
   return (BFloat16Lanes)__builtin_ia32_pmovdw512_mask((Int16)bits, Short16{}, 0xffff);
-#else
-  return __builtin_convertvector(bits, BFloat16Lanes);
-#endif
 }
+#else
+ACTIVATIONS_CPU_WIDE_LOOP inline BitLanes widen_bits(BFloat16Lanes h) { return __builtin_convertvector(h, BitLanes); }
+ACTIVATIONS_CPU_WIDE_LOOP inline BFloat16Lanes narrow_bits(BitLanes bits) {
+  return __builtin_convertvector(bits, BFloat16Lanes);
+}
+#endif
 template <class T, class V = typename Vector<compute_t<T>>::type>
 ACTIVATIONS_CPU_WIDE_LOOP inline V load_vector(const T* at) {
   alignas(kVectorBytes) compute_t<T> lanes[kLanesOf<T>];
@@ -545,10 +542,9 @@ ACTIVATIONS_CPU_WIDE_LOOP inline void store_vector(V v, T* at) {
   alignas(kVectorBytes) compute_t<T> lanes[kLanesOf<T>];
   memcpy(lanes, &v, sizeof v);
   if constexpr (std::is_same_v<T, c10::BFloat16>) {
-    BitLanes bits;  // rounded to nearest even as store(); NaN gives 0x7fc0
+    BitLanes bits;  // rounded as store(); NaN gives 0x7fc0
     memcpy(&bits, &v, sizeof bits);
-    const BitLanes rounded = (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
-    const BFloat16Lanes h = narrow_bits(v != v ? BitLanes{} + 0x7fc0u : rounded);
+    const BFloat16Lanes h = narrow_bits(v != v ? BitLanes{} + 0x7fc0u : bfloat16_bits_rounded(bits));
     memcpy(at, &h, sizeof h);
   } else if constexpr (kF16c && std::is_same_v<T, c10::Half> && kHalfStep == kLanesOf<T>) {
     store_halves(lanes, at);
