@@ -568,8 +568,8 @@ void with_vector_count(int64_t n, Fn&& fn) {
   }
 }
 
-// exp of each lane of kVectors vectors, in place: one vectorized loop over their lanes, not unrolled. (Unrolled
-// into each vector's instructions, the register rows took cpu_kernels.cpp's compile from 8-9 s to 15-16 s.)
+// exp of each lane of kVectors vectors, in place: one vectorized loop over their lanes, so that a function holds
+// the exponential's code once, not once a vector (compile time: see RegisterRow).
 template <int kVectors, class V, class C = std::remove_reference_t<decltype(V{}[0])>>
 ACTIVATIONS_CPU_WIDE_LOOP inline void exp_of_lanes(V* v) {
   C* lanes = reinterpret_cast<C*>(v);  // g++'s vector types may alias their element type
@@ -579,10 +579,11 @@ ACTIVATIONS_CPU_WIDE_LOOP inline void exp_of_lanes(V* v) {
 
 // A row of n elements of T, kLanes <= n <= kVectors kLanes, as kVectors vectors of the compute type: vector v holds
 // elements [v kLanes, (v + 1) kLanes), or the row's last kLanes where that would pass its end, so that the last
-// vectors may repeat elements of the ones before (a row of 40 floats in 4 vectors of 16: 0-15, 16-31, 24-39,
-// 24-39). The sum counts each element once; the output is stored from every vector, repeated elements twice, the
-// same values. Vector counts of 1, 2, 4 and 8 only (with_vector_count): each count is a copy of the code, and
-// all 8 took cpu_kernels.cpp's compile from 8-9 s to 15-16 s.
+// vectors may repeat elements of the ones before (a row of 72 floats in 6 vectors of 16: 0-15, ..., 48-63, 56-71,
+// 56-71). The sum counts each element once; the output is stored from every vector, repeated elements twice, the
+// same values. Vector counts of 1, 2, 3, 4, 6 and 8 only (with_vector_count), and none for float64: each is a copy
+// of the code, and all eight counts for the four types, the exponentials unrolled, took cpu_kernels.cpp's compile
+// from 8-9 s to 15-16 s.
 template <int kVectors, class T>
 struct RegisterRow {
   using C = compute_t<T>;
@@ -725,26 +726,25 @@ ACTIVATIONS_CPU_WIDE_LOOP void softmax_backward_vector_row(int64_t n, const S* g
   using Lane = std::remove_reference_t<decltype(lane[0])>;
   sum += fold_vector<C>(lane >= Lane(whole - last) ? term(last) : V{}, kAdd);
   const C total = static_cast<C>(sum);
-  const auto output = [&](int64_t at) {
-    V gv = load_vector(g + at), yv = load_vector(y + at);
-    return yv * (gv - total);
-  };
+  const auto output = [&](int64_t at) { return load_vector(y + at) * (load_vector(g + at) - total); };
   const V last_output = output(last);
   for (int64_t i = 0; i < whole; i += kLanes) store_vector(output(i), gi + i);
   store_vector(last_output, gi + last);
 }
 
-// Whether rows of n go through the register rows: float, float16 and bfloat16 rows of one vector of floats up to
-// kRegisterVectors. (float64 rows keep the row loops, faster than torch's there already: its copies of the
-// register rows would cost compile time.)
+// Whether rows of n go through the register rows: float, float16 and bfloat16 rows (kRegisterRows) of one vector of
+// floats up to kRegisterVectors. (float64 rows keep the row loops, faster than torch's there already: its copies
+// of the register rows would cost compile time.)
 template <class S>
-constexpr bool in_registers(int64_t n) {
-  return !std::is_same_v<S, double> && n >= kLanesOf<S> && n <= kRegisterVectors * kLanesOf<S>;
+constexpr bool kRegisterRows = !std::is_same_v<S, double>;
+template <class S>
+bool in_registers(int64_t n) {
+  return kRegisterRows<S> && n >= kLanesOf<S> && n <= kRegisterVectors * kLanesOf<S>;
 }
 
 template <bool kLog, class S>
 void softmax_rows(int64_t rows, int64_t n, const S* x, S* y) {
-  if constexpr (in_registers<S>(kLanesOf<S>)) {
+  if constexpr (kRegisterRows<S>) {
     if (in_registers<S>(n)) {
       return parallel(rows, std::max<int64_t>(1, kCpuGrain / n), [=](int64_t begin, int64_t end) {
         with_vector_count<S>(n, [&](auto vectors) {
@@ -777,7 +777,7 @@ void softmax_backward_rows(int64_t rows, int64_t n, const S* g, const S* y, S* g
     if (!in_registers<S>(n) && n <= kWidenedRow) return softmax_backward_widened_rows<kLog>(rows, n, g, y, gi);
   }
   parallel(rows, std::max<int64_t>(1, kCpuGrain / n), [=](int64_t begin, int64_t end) {
-    if constexpr (in_registers<S>(kLanesOf<S>)) {
+    if constexpr (kRegisterRows<S>) {
       if (in_registers<S>(n)) {
         const int64_t at = begin * n;
         return with_vector_count<S>(n, [&](auto vectors) {
