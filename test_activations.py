@@ -2132,14 +2132,15 @@ def test_avx2_build_gives_this_builds_float64_results(tmp_path):
     doubles, where AVX-512 builds take an integer minimum of the bits), which CI's AVX-512 machine would otherwise
     never run: the sigmoid family's forwards and backwards over special and random inputs. The same build's
     softmax rows are within the bounds at the lengths its 8-float vectors change paths: register rows of 2-8
-    vectors (a vector repeated at 40 and 56), 16-bit rows widened past them (65-128)."""
+    vectors (a vector repeated at 40 and 56), 16-bit rows past them widened (65-128) or, softmax's backward, in
+    vectors (float16 from 65, bfloat16 from 129)."""
     seed = fresh_seed()
     x = torch.cat([sample(4099, torch.float64, "cpu", seed) * scale for scale in (1.0, 30.0, 800.0)])
     ops = ["sigmoid", "silu", "softplus", "mish", "gelu", "elu"]
     torch.save(x, tmp_path / "x.pt")
     code = ("import sys, torch, test_activations as t; "
             "torch.save(t.float64_results(torch.load(sys.argv[1]), sys.argv[3].split(',')), sys.argv[2]); "
-            "t.check_softmax_rows_of([15, 16, 17, 40, 56, 64, 65, 128], t.DTYPES)")
+            "t.check_softmax_rows_of([15, 16, 17, 40, 56, 64, 65, 128, 200], t.DTYPES)")
     env = {**os.environ, "ACTIVATIONS_CPU_ONLY": "1", "ATEN_CPU_CAPABILITY": "avx2",
            "ACTIVATIONS_CACHE_DIR": str(tmp_path / "cache")}
     done = subprocess.run([sys.executable, "-c", code, str(tmp_path / "x.pt"), str(tmp_path / "avx2.pt"), ",".join(ops)],
