@@ -577,6 +577,14 @@ ACTIVATIONS_CPU_WIDE_LOOP inline void exp_of_lanes(V* v) {
   for (int k = 0; k < kVectors * kVectorBytes / int(sizeof(C)); ++k) lanes[k] = exp_of(lanes[k]);
 }
 
+// v's lanes from `first` on, those before it 0: a vector whose first lanes repeat elements counted already.
+template <class V, class C = std::remove_reference_t<decltype(V{}[0])>>
+ACTIVATIONS_CPU_WIDE_LOOP inline V lanes_from(int64_t first, V v) {
+  typename Vector<C>::index_type lane;
+  for (int k = 0; k < kVectorBytes / int(sizeof(C)); ++k) lane[k] = k;
+  return lane >= std::remove_reference_t<decltype(lane[0])>(first) ? v : V{};
+}
+
 // A row of n elements of T, kLanes <= n <= kVectors kLanes, as kVectors vectors of the compute type: vector v holds
 // elements [v kLanes, (v + 1) kLanes), or the row's last kLanes where that would pass its end, so that the last
 // vectors may repeat elements of the ones before (a row of 72 floats in 6 vectors of 16: 0-15, ..., 48-63, 56-71,
@@ -588,14 +596,10 @@ template <int kVectors, class T>
 struct RegisterRow {
   using C = compute_t<T>;
   using V = typename Vector<C>::type;
-  using Index = typename Vector<C>::index_type;
   static constexpr int kLanes = kLanesOf<T>;
   int64_t last;  // the row's last vector's first element
-  Index lane;    // 0, 1, ..., kLanes - 1
 
-  ACTIVATIONS_CPU_WIDE_LOOP explicit RegisterRow(int64_t n) : last(n - kLanes) {
-    for (int k = 0; k < kLanes; ++k) lane[k] = k;
-  }
+  ACTIVATIONS_CPU_WIDE_LOOP explicit RegisterRow(int64_t n) : last(n - kLanes) {}
   ACTIVATIONS_CPU_WIDE_LOOP int64_t first(int v) const { return std::min<int64_t>(v * kLanes, last); }
   ACTIVATIONS_CPU_WIDE_LOOP void load(const T* row, V* v) const {
 #pragma GCC unroll kRegisterVectors
@@ -607,10 +611,9 @@ struct RegisterRow {
   }
   // The sum of the row's terms: vector v's lanes from v kLanes - first(v) on (those not in the vectors before).
   ACTIVATIONS_CPU_WIDE_LOOP C sum(const V* terms) const {
-    using Lane = std::remove_reference_t<decltype(lane[0])>;
     V sum = terms[0];
 #pragma GCC unroll kRegisterVectors
-    for (int k = 1; k < kVectors; ++k) sum += lane >= Lane(k * kLanes - first(k)) ? terms[k] : V{};
+    for (int k = 1; k < kVectors; ++k) sum += lanes_from(k * kLanes - first(k), terms[k]);
     return fold_vector<C>(sum, kAdd);
   }
   // The max, NaN passed over (a repeated lane counts twice, which leaves a max unchanged).
@@ -721,10 +724,7 @@ ACTIVATIONS_CPU_WIDE_LOOP void softmax_backward_vector_row(int64_t n, const S* g
     sum += fold_vector<C>(partial[0], kAdd);
   }
   const int64_t last = n - kLanes;
-  typename Vector<C>::index_type lane;
-  for (int k = 0; k < kLanes; ++k) lane[k] = k;
-  using Lane = std::remove_reference_t<decltype(lane[0])>;
-  sum += fold_vector<C>(lane >= Lane(whole - last) ? term(last) : V{}, kAdd);
+  sum += fold_vector<C>(lanes_from(whole - last, term(last)), kAdd);
   const C total = static_cast<C>(sum);
   const auto output = [&](int64_t at) { return load_vector(y + at) * (load_vector(g + at) - total); };
   const V last_output = output(last);
