@@ -1162,18 +1162,24 @@ def check_softmax_backward(name, y, g, grad_input, dim, what):
     assert_within(grad_input, exact, bound, y.dtype, what)
 
 
+def check_softmax_rows(name, n, rows, dtype, device, seed):
+    """Forward and backward of softmax_rows(n, rows, ...) over the last dim, output memory poisoned first, within
+    the bounds (check_softmax_forward, check_softmax_rows_backward)."""
+    x = softmax_rows(n, rows, dtype, device, seed)
+    poison_allocator(device, 4 * x.numel() * x.element_size())
+    y = softmax_ours(name)(x.requires_grad_(), -1)
+    what = f"{name} {dtype} {x.shape[0]}x{n}"
+    check_softmax_forward(name, x, y, -1, f"{what} forward (seed {seed})")
+    check_softmax_rows_backward(name, x, y, seed, f"{what} backward (seed {seed})")
+
+
 def check_softmax_rows_of(lengths, dtypes, rows=40):
-    """check_softmax_forward and check_softmax_rows_backward over rows of each length: for a build of other vector
-    widths (test_avx2_build_gives_this_builds_float64_results)."""
+    """check_softmax_rows on the CPU over rows of each length: for a build of other vector widths
+    (test_avx2_build_gives_this_builds_float64_results)."""
     for name in SOFTMAX_OPS:
         for dtype in dtypes:
             for n in lengths:
-                seed = fresh_seed()
-                x = softmax_rows(n, rows, dtype, "cpu", seed)
-                y = softmax_ours(name)(x.requires_grad_(), -1)
-                what = f"{name} {dtype} {x.shape[0]}x{n} (seed {seed})"
-                check_softmax_forward(name, x, y, -1, what + " forward")
-                check_softmax_rows_backward(name, x, y, seed, what + " backward")
+                check_softmax_rows(name, n, rows, dtype, "cpu", fresh_seed())
 
 
 def check_softmax_rows_backward(name, x, y, seed, what):
@@ -1216,12 +1222,7 @@ def test_softmax_matches_float64(name, device, n, dtype):
         rows = 5000  # short rows go 256 at a time (kShortRow): many blocks, a partial one, both threads
     elif device == "cpu" and n <= 2048:
         rows = 300  # blocks of 2048 / n rows (kRowBlockElements), a partial one, both threads
-    x = softmax_rows(n, rows, dtype, device, seed)
-    rows = x.shape[0]
-    poison_allocator(device, 4 * x.numel() * x.element_size())
-    y = softmax_ours(name)(x.requires_grad_(), -1)
-    check_softmax_forward(name, x, y, -1, f"{name} {dtype} {rows}x{n} forward (seed {seed})")
-    check_softmax_rows_backward(name, x, y, seed, f"{name} {dtype} {rows}x{n} backward (seed {seed})")
+    check_softmax_rows(name, n, rows, dtype, device, seed)
 
 
 @requires_cuda
