@@ -785,15 +785,13 @@ void softmax_backward_rows(int64_t rows, int64_t n, const S* g, const S* y, S* g
         });
       }
     }
-    for (int64_t r = begin; r < end; ++r) {
-      if constexpr (!kLog && sizeof(S) == 2) {
-        if (n <= kRowBlockElements) {
-          softmax_backward_vector_row(n, g + r * n, y + r * n, gi + r * n);
-          continue;
-        }
+    if constexpr (!kLog && sizeof(S) == 2) {
+      if (n <= kRowBlockElements) {
+        for (int64_t r = begin; r < end; ++r) softmax_backward_vector_row(n, g + r * n, y + r * n, gi + r * n);
+        return;
       }
-      softmax_backward_row<kLog>(n, g + r * n, y + r * n, gi + r * n);
     }
+    for (int64_t r = begin; r < end; ++r) softmax_backward_row<kLog>(n, g + r * n, y + r * n, gi + r * n);
   });
 }
 
