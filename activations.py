@@ -410,6 +410,9 @@ def build_plan(cuda_arch=None, cpu_only=None):
 # -ffp-contract=off: the CPU loops are compiled with -fexpensive-optimizations (for vzeroupper, see
 # ACTIVATIONS_CPU_LOOP in kernels/cpu_kernels.cpp), which would let g++ fuse a * b + c on its own; the math
 # header writes each fused multiply-add it wants, and the rest are rounded as written.
+# -Wno-psabi: g++ warns that a helper instantiated for 512-bit vectors outside an AVX-512 function
+# (bfloat16_bits_rounded, from softmax's store_vector) would pass them differently from older compilers; the helpers
+# are internal and inlined into their loops, so no call crosses that boundary.
 CXX_FLAGS = [
     "-O1",
     "-ftree-vectorize",
@@ -418,6 +421,7 @@ CXX_FLAGS = [
     "-fno-trapping-math",
     "-ffp-contract=off",
     "--param=ggc-min-heapsize=1048576",
+    "-Wno-psabi",
 ]
 LD_FLAGS = ["-fopenmp"]
 
