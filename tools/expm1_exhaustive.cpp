@@ -2,7 +2,8 @@
 // expm1: the largest error in ulps of the float result and the sign of every result; then the float tanh_of, built
 // on the same expm1, on every float x >= 0 (and -x: tanh is odd, NaN stays NaN) against double tanh. About five
 // minutes on one core. The GPU runs the same code (explicit fmaf, no other multiply-add that a compiler could
-// fuse), so this bounds both devices.
+// fuse), so this bounds both devices. Last, that the CPU's exp_nonpositive (softmax's exp) gives host_float::exp's
+// bits on every float x <= 0, and NaN for NaN.
 //
 //   g++ -O2 tools/expm1_exhaustive.cpp -o /tmp/expm1_exhaustive && /tmp/expm1_exhaustive
 #include <cfloat>
@@ -12,6 +13,7 @@
 
 using activations::expm1_nonpositive;
 using activations::float_from_bits;
+namespace host_float = activations::host_float;
 using activations::tanh_of;
 
 // |got - want| in ulps of float at want (the subnormal spacing below the smallest normal).
@@ -39,6 +41,20 @@ int main() {
     if (bits == 0xff800000u) break;
   }
   std::printf("expm1, every float x <= 0: largest error %.3f ulp, at x = %a (%g)\n", worst, worst_x, worst_x);
+  for (uint32_t bits = 0x80000000u;; ++bits) {  // exp_nonpositive, softmax's exp, against exp: the same bits
+    const float x = float_from_bits(bits);
+    const float got = host_float::exp_nonpositive(x), want = host_float::exp(x);
+    if (!(got == want || (got != got && want != want)) || std::signbit(got) != std::signbit(want)) {
+      std::printf("FAIL: exp_nonpositive(%a) = %a, exp gives %a\n", x, got, want);
+      return 1;
+    }
+    if (bits == 0xff800000u) break;
+  }
+  if (host_float::exp_nonpositive(-NAN) == host_float::exp_nonpositive(-NAN)) {
+    std::printf("FAIL: exp_nonpositive(NaN) is not NaN\n");
+    return 1;
+  }
+  std::printf("exp_nonpositive, every float x <= 0: exp's results\n");
   double tanh_worst = 0;
   float tanh_worst_x = 0;
   for (uint32_t bits = 0;; ++bits) {  // +0.0, then every positive float up to +inf, then the NaNs
