@@ -99,12 +99,15 @@ ACTIVATIONS_CPU_WIDE_LOOP inline P fold_vector(typename Vector<P>::type v, Combi
 // combine(...combine(init, P(term(0, false))), ..., P(term(n - 1, false))) in some order; C is the type term
 // computes in, whose vectors set the number of lanes (a term in float summed in double takes two vectors of
 // lanes). term(i, true) is a term taken again, whose value is dropped: a term that writes keeps what it wrote then.
-// kGrouped (sums of non-negative terms: the forwards' exponentials): four vectors of terms are added in C,
-// pairwise, before their sum joins the lanes, so that a float row summed in double widens one vector of sums where
-// it widened every vector of terms (two conversions, an extraction and two additions): two roundings more, at most
-// 2^-23 of the sum in relative terms. One thread, 2^16 elements in cache, the trees in turn, two rounds, torch/ours
-// (results/cpu-icelake-2026-11-28/softmax_grouped_sums_ab.log): float32 softmax forward over rows of 1024 1.07-1.15x
-// -> 1.30-1.38x, of 256 1.07-1.11x -> 1.17-1.23x; log_softmax 0.99-1.01x -> 1.01-1.22x and 0.93-1.00x -> 1.09-1.14x.
+// kGrouped (the row loops' sums: the forwards' exponentials, the backward's g y or g): four vectors of terms are
+// added in C, pairwise, before their sum joins the lanes, so that a float row summed in double widens one vector of
+// sums where it widened every vector of terms (two conversions, an extraction and two additions): two roundings
+// more, each at most 2^-24 of the magnitudes summed (2^-23 of the sum in all where the terms are non-negative), as
+// much as the float products g y lose already. One thread, 2^16 elements in cache, the trees in turn, two rounds,
+// torch/ours (results/cpu-icelake-2026-11-28/softmax_grouped_sums_ab.log): float32 softmax forward over rows of 1024
+// 1.07-1.15x -> 1.30-1.38x, of 256 1.07-1.11x -> 1.17-1.23x; log_softmax 0.99-1.01x -> 1.01-1.22x and 0.93-1.00x ->
+// 1.09-1.14x; softmax backward over rows of 1024 0.96-1.00x -> 1.04-1.06x (softmax_backward_grouped_sums_ab.log;
+// at 2 threads out of cache, 4096 x 1024, 0.90-0.94x -> 0.94-0.96x).
 template <class C, bool kGrouped = false, class P, class Combine, class Term>
 ACTIVATIONS_CPU_WIDE_LOOP inline P reduce_in_lanes(int64_t n, P init, Combine combine, Term term) {
   constexpr int kLanes = kVectorBytes / sizeof(C), kPerVector = kVectorBytes / sizeof(P);
@@ -243,8 +246,8 @@ ACTIVATIONS_CPU_WIDE_LOOP double backward_sum(int64_t n, const T* g, const T* y)
     sum = fold_vector<float>(lanes, kAdd);
   }
   if constexpr (kInLanes<T>) {
-    return reduce_in_lanes<T>(n, partial_sum_t<T>(0), kAdd, [g, y](int64_t i, bool) {
-      return partial_sum_t<T>(kLog ? g[i] : g[i] * y[i]);
+    return reduce_in_lanes<T, true>(n, partial_sum_t<T>(0), kAdd, [g, y](int64_t i, bool) {
+      return kLog ? g[i] : g[i] * y[i];
     });
   }
 #pragma omp simd reduction(+ : sum)
