@@ -718,16 +718,20 @@ ACTIVATIONS_CPU_WIDE_LOOP void softmax_backward_register_rows(int64_t rows, int6
   }
 }
 
-// softmax's backward over one 16-bit row past the register rows, up to kRowBlockElements, in vectors of floats as
-// those (load_vector, store_vector): the sum over runs of kSoftmaxBlock elements in kAccumulators vectors of float
-// lanes each, the runs' sums added in double; the row's last kLanes elements as a last vector, whose lanes that the
-// vectors before hold are left out of the sum, and whose output is computed before any is stored (gi may be g).
-// Against the row loops (backward_sum's omp simd sum for bfloat16, float16's 16 partial sums in an array), one
-// thread, 2^18 elements, the least of 300 calls, the trees in turn, three rounds, torch/ours
-// (results/cpu-icelake-2026-11-28/vector_rows_backward_ab.log): bfloat16 at 129-256 0.57-0.73x -> 0.80-0.98x, at
-// 512-2048 0.81-0.95x -> 0.87-0.99x; float16 at 129-256 0.58-0.80x -> 0.83-1.03x, at 512-2048 about even. Taken
-// for log_softmax's backward and float32's as well, they ran slower (float32 log_softmax at 200-512 1.00-1.24x ->
-// 0.89-1.09x; vector_rows_backward_all_ab.log), and float16 rows of 50257 too (1.08x -> 0.78-0.98x).
+// softmax's backward over one 16-bit row past the register rows, in vectors of floats as those (load_vector,
+// store_vector): the sum over runs of kSoftmaxBlock elements in kAccumulators vectors of float lanes each, the runs'
+// sums added in double; the row's last kLanes elements as a last vector, whose lanes that the vectors before hold
+// are left out of the sum, and whose output is computed before any is stored (gi may be g). Against the row loops
+// (backward_sum's omp simd sum for bfloat16, float16's 16 partial sums in an array), one thread, 2^18 elements, the
+// least of 300 calls, the trees in turn, three rounds, torch/ours (results/cpu-icelake-2026-11-28/
+// vector_rows_backward_ab.log): bfloat16 at 129-256 0.57-0.73x -> 0.80-0.98x, at 512-2048 0.81-0.95x -> 0.87-0.99x;
+// float16 at 129-256 0.58-0.80x -> 0.83-1.03x, at 512-2048 about even. With the accumulators kept in registers
+// (softmax_backward_unrolled_ab.log): bfloat16 at 1024 0.87-0.89x -> 0.98-1.00x, float16 0.94-0.95x -> 1.14x; and
+// rows past 2048 taken here too, which the row loops took before (softmax_backward_long_vector_rows_ab.log):
+// bfloat16 at 8192 0.85-0.87x -> 1.01-1.02x, at 50257 0.93-0.94x -> 1.10-1.12x, float16 0.88-1.13x -> 1.04-1.23x.
+// float32's (softmax_backward_float32_vector_rows_ab.log: 0.94-1.07x -> 0.98-1.14x, inside the noise) keeps its
+// double sums, and log_softmax's backward its row loops (slower here: float32 at 200-512 1.00-1.24x -> 0.89-1.09x,
+// vector_rows_backward_all_ab.log, with the accumulators in memory).
 template <class S>
 ACTIVATIONS_CPU_WIDE_LOOP void softmax_backward_vector_row(int64_t n, const S* g, const S* y, S* gi) {
   using C = compute_t<S>;
@@ -741,9 +745,13 @@ ACTIVATIONS_CPU_WIDE_LOOP void softmax_backward_vector_row(int64_t n, const S* g
     V partial[kAccumulators] = {};
     int64_t i = first;
     for (; i + kAccumulators * kLanes <= end; i += kAccumulators * kLanes) {
+      // Unrolled, so that the partial sums stay in registers (at -O1 g++ kept them in memory, a load and a store a
+      // vector).
+#pragma GCC unroll 4
       for (int k = 0; k < kAccumulators; ++k) partial[k] += term(i + k * kLanes);
     }
     for (; i < end; i += kLanes) partial[0] += term(i);
+#pragma GCC unroll 4
     for (int k = 1; k < kAccumulators; ++k) partial[0] += partial[k];
     sum += fold_vector<C>(partial[0], kAdd);
   }
@@ -810,10 +818,8 @@ void softmax_backward_rows(int64_t rows, int64_t n, const S* g, const S* y, S* g
       }
     }
     if constexpr (!kLog && sizeof(S) == 2) {
-      if (n <= kRowBlockElements) {
-        for (int64_t r = begin; r < end; ++r) softmax_backward_vector_row(n, g + r * n, y + r * n, gi + r * n);
-        return;
-      }
+      for (int64_t r = begin; r < end; ++r) softmax_backward_vector_row(n, g + r * n, y + r * n, gi + r * n);
+      return;
     }
     for (int64_t r = begin; r < end; ++r) softmax_backward_row<kLog>(n, g + r * n, y + r * n, gi + r * n);
   });
