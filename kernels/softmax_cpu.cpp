@@ -758,7 +758,7 @@ ACTIVATIONS_CPU_WIDE_LOOP void softmax_backward_register_rows(int64_t rows, int6
 // bfloat16 at 8192 0.85-0.87x -> 1.01-1.02x, at 50257 0.93-0.94x -> 1.10-1.12x, float16 0.88-1.13x -> 1.04-1.23x.
 // bfloat16 in pairs (load_pairs, store_pairs; softmax_backward_bfloat16_pairs_ab.log): at 1024 0.99-1.01x ->
 // 1.24-1.28x, at 256 0.87-0.90x -> 1.02-1.07x, at 50257 1.06-1.12x -> 1.17-1.18x.
-// float32's (softmax_backward_float32_vector_rows_ab.log: 0.94-1.07x -> 0.98-1.14x, inside the noise) keeps its
+// float32's (softmax_backward_float32_vector_rows_ab.log: 0.94-1.09x -> 0.98-1.14x, inside the noise) keeps its
 // double sums, and log_softmax's backward its row loops (slower here: float32 at 200-512 1.00-1.24x -> 0.89-1.09x,
 // vector_rows_backward_all_ab.log, with the accumulators in memory).
 template <class S>
