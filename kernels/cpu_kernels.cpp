@@ -122,11 +122,16 @@ template <class scalar_t>
 inline scalar_t store(compute_t<scalar_t> v) {
   return static_cast<scalar_t>(v);  // float, double; float16 without F16C (c10's bit arithmetic)
 }
-// A float's bits rounded to bfloat16's to nearest even, as c10: add 0x7fff plus the lowest bit kept, drop 16 bits
-// (not for NaN). Bits: uint32_t, or a vector of them (softmax's store_vector).
+// A float's bits rounded to bfloat16's to nearest even, as c10: add 0x7fff plus the lowest bit kept (the bfloat16
+// then in the high 16 bits), drop 16 bits (not for NaN). Bits: uint32_t, or a vector of them (softmax's
+// rounded_to_high_half).
+template <class Bits>
+inline Bits bfloat16_rounded_in_high_half(Bits bits) {
+  return bits + 0x7fffu + ((bits >> 16) & 1u);
+}
 template <class Bits>
 inline Bits bfloat16_bits_rounded(Bits bits) {
-  return (bits + 0x7fffu + ((bits >> 16) & 1u)) >> 16;
+  return bfloat16_rounded_in_high_half(bits) >> 16;
 }
 template <>
 inline c10::BFloat16 store<c10::BFloat16>(float v) {

@@ -541,6 +541,11 @@ ACTIVATIONS_CPU_WIDE_LOOP inline BFloat16Lanes narrow_bits(BitLanes bits) {
   return __builtin_convertvector(bits, BFloat16Lanes);
 }
 #endif
+// A vector of floats rounded to bfloat16 as store(), each result in its lane's high half (NaN gives 0x7fc0).
+template <class V>
+ACTIVATIONS_CPU_WIDE_LOOP inline BitLanes rounded_to_high_half(V v) {
+  return v != v ? BitLanes{} + 0x7fc00000u : bfloat16_rounded_in_high_half((BitLanes)v);
+}
 template <class T, class V = typename Vector<compute_t<T>>::type>
 ACTIVATIONS_CPU_WIDE_LOOP inline V load_vector(const T* at) {
   alignas(kVectorBytes) compute_t<T> lanes[kLanesOf<T>];
@@ -563,9 +568,7 @@ ACTIVATIONS_CPU_WIDE_LOOP inline void store_vector(V v, T* at) {
   alignas(kVectorBytes) compute_t<T> lanes[kLanesOf<T>];
   memcpy(lanes, &v, sizeof v);
   if constexpr (std::is_same_v<T, c10::BFloat16>) {
-    BitLanes bits;  // rounded as store(); NaN gives 0x7fc0
-    memcpy(&bits, &v, sizeof bits);
-    const BFloat16Lanes h = narrow_bits(v != v ? BitLanes{} + 0x7fc0u : bfloat16_bits_rounded(bits));
+    const BFloat16Lanes h = narrow_bits(rounded_to_high_half(v) >> 16);
     memcpy(at, &h, sizeof h);
   } else if constexpr (kF16c && std::is_same_v<T, c10::Half> && kHalfStep == kLanesOf<T>) {
     store_halves(lanes, at);
@@ -588,12 +591,6 @@ ACTIVATIONS_CPU_WIDE_LOOP inline BFloat16Pairs<V> load_pairs(const c10::BFloat16
   BitLanes bits;
   memcpy(&bits, at, sizeof bits);
   return {(V)(bits << 16), (V)(bits & 0xffff0000u)};
-}
-// v rounded to bfloat16 as store(), the result in each lane's high half (NaN gives 0x7fc0).
-template <class V>
-ACTIVATIONS_CPU_WIDE_LOOP inline BitLanes rounded_to_high_half(V v) {
-  const BitLanes bits = (BitLanes)v;
-  return v != v ? BitLanes{} + 0x7fc00000u : bits + 0x7fffu + ((bits >> 16) & 1u);
 }
 template <class V>
 ACTIVATIONS_CPU_WIDE_LOOP inline void store_pairs(V even, V odd, c10::BFloat16* at) {

@@ -1,6 +1,6 @@
 // Checks expm1_nonpositive (kernels/activations.cuh) on every float x <= 0, from -0.0 to -inf, against double
 // expm1: the largest error in ulps of the float result and the sign of every result; then the float tanh_of, built
-// on the same expm1, on every float x >= 0 (and -x: tanh is odd, NaN stays NaN) against double tanh. About five
+// on the same expm1, on every float x >= 0 (and -x: tanh is odd, NaN stays NaN) against double tanh. About ten
 // minutes on one core. The GPU runs the same code (explicit fmaf, no other multiply-add that a compiler could
 // fuse), so this bounds both devices. Last, that the CPU's exp_nonpositive (softmax's exp) gives host_float::exp's
 // bits on every float x <= 0, and NaN for NaN.
