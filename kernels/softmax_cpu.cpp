@@ -859,11 +859,12 @@ void softmax_backward_rows(int64_t rows, int64_t n, const S* g, const S* y, S* g
         });
       }
     }
+    // (The row loops are not instantiated for 16-bit softmax, which the vector rows take whole.)
     if constexpr (!kLog && sizeof(S) == 2) {
       for (int64_t r = begin; r < end; ++r) softmax_backward_vector_row(n, g + r * n, y + r * n, gi + r * n);
-      return;
+    } else {
+      for (int64_t r = begin; r < end; ++r) softmax_backward_row<kLog>(n, g + r * n, y + r * n, gi + r * n);
     }
-    for (int64_t r = begin; r < end; ++r) softmax_backward_row<kLog>(n, g + r * n, y + r * n, gi + r * n);
   });
 }
 
