@@ -11,10 +11,10 @@ REDUCTIONS beside it; each with double backward, forward-mode AD and a vmap batc
 torch.export the elementwise functions give the compiler torch's own, which it can fuse (FUSE_UNDER_COMPILE).
 
 At import this module reads the C++/CUDA sources in kernels/ (or the copy embedded in a generated single-file
-build), compiles them once with torch.utils.cpp_extension (two libraries, the operators and their autograd
-layer, their units compiled in parallel), caches each keyed by everything that affects it, and loads them: that
-registers the operators torch.ops.activations.<name> with their CPU, CUDA, Meta, Autograd and batching kernels.
-Later imports load the cached libraries without compiling.
+build), compiles them once with torch.utils.cpp_extension into one library (its units compiled in parallel),
+caches it keyed by everything that affects it, and loads it: that registers the operators
+torch.ops.activations.<name> with their CPU, CUDA, Meta, Autograd and batching kernels. Later imports load the
+cached library without compiling.
 
 Command line:
     python activations.py build [--cuda-arch 9.0] [--cpu-only]   prebuild the cache for this machine
@@ -26,7 +26,6 @@ ACTIVATIONS_CPU_ONLY=1 (skip CUDA), CUDA_HOME (the CUDA toolkit), ACTIVATIONS_VE
 """
 
 import collections
-import concurrent.futures
 import contextlib
 import ctypes
 import dataclasses
@@ -287,17 +286,17 @@ def expand_includes(text, sources, _seen=None):
     return _PRAGMA_ONCE.sub("", _LOCAL_INCLUDE.sub(inline, text))
 
 
-# The libraries built from kernels/, in the order they are loaded: {part: (C++ units, CUDA units)}. A library's
-# units compile side by side (ninja), and so do the libraries: a C++ unit that includes torch's headers spends
-# most of its compile time parsing them, so the torch glue (activations.cpp), the kernels (cpu_kernels.cpp,
-# cuda_kernels.cu: no torch headers but ATen/Parallel.h) and the autograd layer (autograd.cpp, whose autograd and
-# functorch headers cost more than the dispatcher's) are units of their own; softmax's operators and autograd layer
-# are parts of activations.cpp's and autograd.cpp's units (they include them), which parse those headers once.
-# The autograd layer has no CUDA code: one library serves CPU and CUDA builds.
+# The library built from kernels/: {part: (C++ units, CUDA units)}; its units compile side by side (ninja). A C++
+# unit that includes torch's headers spends most of its compile time parsing them, so all the torch glue is one
+# unit: activations.cpp (the operators) includes the autograd layer (autograd.cpp) and softmax's operators and
+# autograd layer, which parse the same ATen and dispatcher headers. The CPU loops (cpu_kernels.cpp, no torch
+# headers but ATen/Parallel.h) compile beside it, and the CUDA units beside both. With the autograd layer a unit
+# (and library) of its own, the 2-core Ice Lake Xeon parsed the dispatcher's headers twice: one unit for the glue
+# took 13.1-14.1 s of g++ against 20.9-23.3 s for the two, and the CPU build's cold import 13.3-17.6 s against
+# 18.2-24.5 s (docs/performance.md, build time).
 LIBRARIES = {
     "ops": (("activations.cpp", "cpu_kernels.cpp"),
             ("cuda_kernels.cu", "softmax.cu", *(f"cuda_{f}.cu" for f in _functors()), *_SOFTMAX_UNITS)),
-    "autograd": (("autograd.cpp",), ()),
 }
 
 # Headers that torch's own headers include but its wheels lack, served from kernels/: {include name: our file}.
@@ -560,25 +559,6 @@ def _build_lock(root, name):
 
 
 @contextlib.contextmanager
-def _ninja_jobs(libraries):
-    """While several libraries build side by side (their ninjas in threads of this process), the kernel library's
-    ninja runs one job fewer than there are cores (MAX_JOBS, unless the user set it), so that the autograd layer's
-    single unit, the longest to compile (torch's autograd headers), keeps a core to itself: by default ninja runs
-    cores + 2 jobs. H100 host, 16 cores, CPU + CUDA cold import (bench.py --build, alternating): 15.6-16.6 s by
-    default, 14.3-15.2 s with 15 jobs, 16.8-19.0 s with 12; on another machine 14.0-14.9 s by default, 12.8-14.7 s
-    with this. Not on 2 cores, where one job for the kernels' two units would serialize them."""
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
-    if libraries < 2 or cores <= 2 or "MAX_JOBS" in os.environ:
-        yield
-        return
-    os.environ["MAX_JOBS"] = str(cores - 1)
-    try:
-        yield
-    finally:
-        os.environ.pop("MAX_JOBS", None)
-
-
-@contextlib.contextmanager
 def _cpp_extension(cuda_home):
     """torch.utils.cpp_extension, imported only when compiling (it is slow to import), with CUDA_HOME pointed at
     the toolkit we found."""
@@ -670,8 +650,7 @@ class BuildError(RuntimeError):
         self.spec = spec
 
 
-# Cache entries whose library this process has loaded (a CUDA build that fails falls back to a CPU build that
-# shares the autograd library with it).
+# Cache entries whose library this process has loaded (torch.ops.load_library must not register them twice).
 _LOADED = set()
 
 
@@ -690,8 +669,8 @@ def _load_cached(root, spec):
 
 
 def _build_or_load(plan, sources):
-    """Load every library of LIBRARIES for plan from the cache, compiling (side by side) those that are not there
-    yet. Returns ({part: path}, [the parts compiled])."""
+    """Load every library of LIBRARIES for plan from the cache, compiling those that are not there yet. Returns
+    ({part: path}, [the parts compiled])."""
     root = _writable_cache_root()
     specs = [build_spec(plan, part, sources) for part in LIBRARIES]
     libraries = {spec["part"]: _load_cached(root, spec) for spec in specs}
@@ -711,27 +690,12 @@ def _build_or_load(plan, sources):
         if not to_build:
             return libraries, []
         start = time.perf_counter()
-        with _cpp_extension(plan["cuda_home"]) as cpp_extension, _ninja_jobs(len(to_build)):
-            with concurrent.futures.ThreadPoolExecutor(len(to_build)) as pool:  # waits for every build
-                futures = {spec["part"]: pool.submit(_compile, spec, cpp_extension, root) for spec in to_build}
-        errors = [future.exception() for future in futures.values() if future.exception() is not None]
-        if errors:
-            # A library without CUDA code that failed would fail a CPU build too: its error goes first, so that
-            # load() does not fall back to one.
-            raise min(errors, key=lambda error: bool(getattr(error, "spec", {}).get("cuda")))
-        for spec in to_build:
-            libraries[spec["part"]] = futures[spec["part"]].result()
-    built = {spec["part"] for spec in to_build}
-    what = []
-    if "ops" in built:
-        what.append(f"CPU + CUDA (sm {', '.join(plan['cuda_archs'])}) kernels" if plan["cuda_archs"] else "CPU kernels")
-    if "autograd" in built:
-        what.append("the autograd layer")
-    print(
-        f"activations: compiled {' and '.join(what)} in {time.perf_counter() - start:.1f} s -> {root}",
-        file=sys.stderr,
-    )
-    return libraries, sorted(built)
+        with _cpp_extension(plan["cuda_home"]) as cpp_extension:
+            for spec in to_build:
+                libraries[spec["part"]] = _compile(spec, cpp_extension, root)
+    what = f"CPU + CUDA (sm {', '.join(plan['cuda_archs'])}) kernels" if plan["cuda_archs"] else "CPU kernels"
+    print(f"activations: compiled {what} in {time.perf_counter() - start:.1f} s -> {root}", file=sys.stderr)
+    return libraries, sorted(spec["part"] for spec in to_build)
 
 
 def _register_cuda_unavailable(reason):
@@ -756,8 +720,8 @@ def load(cuda_arch=None, cpu_only=None):
             libraries, compiled = _build_or_load(plan, sources)
             return {"libraries": libraries, "compiled": compiled, "cuda": True, **plan}
         except BuildError as error:
-            # Only a library with CUDA code in it can succeed without: a C++ unit that failed would fail again in a
-            # CPU build, and the CUDA operators may be loaded already, which a CPU build could not register twice.
+            # Only a library with CUDA code in it can succeed without. The failed build loaded nothing, so the CPU
+            # build registers the operators afresh; an error in the C++ units fails it too, and that error is raised.
             if not error.spec["cuda"]:
                 raise
             warnings.warn(f"{error}\nactivations: falling back to the CPU kernels only.")

@@ -1,7 +1,7 @@
 // torch glue: the operators' schemas (from the op table, op_table.h), their checks and their CPU, CUDA and Meta
 // kernels, registered in C++. The math lives in activations.cuh, the kernels in cpu_kernels.cpp and
-// cuda_kernels.cu behind kernels.h, the autograd layer and the batching rules in autograd.cpp (a library of its
-// own, built side by side with this one).
+// cuda_kernels.cu behind kernels.h, the autograd layer and the batching rules in autograd.cpp (included at the end
+// of this unit).
 //
 // Every operator has one boxed kernel for all activations: it reads its row of the op table by the operator's
 // name. Public operators, one pair per row:
@@ -438,3 +438,6 @@ TORCH_LIBRARY_IMPL(activations, Meta, m) { register_kernels<false>(m); }
 
 // Softmax and log_softmax, in this unit so that torch's headers are parsed once (see softmax.cpp).
 #include "softmax.cpp"
+
+// The autograd layer and the batching rules, in this unit so that torch's headers are parsed once (see autograd.cpp).
+#include "autograd.cpp"

@@ -15,10 +15,10 @@
 // computed with create_graph=True is itself differentiable. (torch::autograd::Function<T> does this wiring
 // generically, but instantiating it costs about 6 s of compile time and more per call.)
 //
-// A translation unit of its own, built as a library of its own beside the operators' (activations.py): torch's
-// autograd and functorch headers are the costliest part of a cold build after the dispatcher's, and the units
-// compile in parallel. Registered in C++ so a call costs one trip through the dispatcher (an autograd layer in
-// Python would cost about as much again).
+// Part of activations.cpp's translation unit (included at its end): torch's autograd and functorch headers are the
+// costliest part of a cold build, and they parse the dispatcher's headers that activations.cpp needs anyway (as a
+// unit and a library of its own, the two parsed those twice: LIBRARIES in activations.py). Registered in C++ so a
+// call costs one trip through the dispatcher (an autograd layer in Python would cost about as much again).
 
 #ifndef AT_PER_OPERATOR_HEADERS  // see activations.cpp
 #define AT_PER_OPERATOR_HEADERS
