@@ -292,8 +292,8 @@ def expand_includes(text, sources, _seen=None):
 # autograd layer, which parse the same ATen and dispatcher headers. The CPU loops (cpu_kernels.cpp, no torch
 # headers but ATen/Parallel.h) compile beside it, and the CUDA units beside both. With the autograd layer a unit
 # (and library) of its own, the 2-core Ice Lake Xeon parsed the dispatcher's headers twice: one unit for the glue
-# took 13.1-14.1 s of g++ against 20.9-23.3 s for the two, and the CPU build's cold import 13.3-17.6 s against
-# 18.2-24.5 s (docs/performance.md, build time).
+# took 13.1-14.1 s of g++ against 20.9-23.3 s for the two, and the CPU build's cold import 13.3-18.7 s (median
+# 15.6) against 18.2-26.6 s (median 22.3) (docs/performance.md, build time).
 LIBRARIES = {
     "ops": (("activations.cpp", "cpu_kernels.cpp"),
             ("cuda_kernels.cu", "softmax.cu", *(f"cuda_{f}.cu" for f in _functors()), *_SOFTMAX_UNITS)),
