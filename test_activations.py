@@ -2233,6 +2233,58 @@ def test_failing_nvcc_falls_back_to_cpu_and_says_where_the_log_is(tmp_path):
     assert "previously registered" not in result.stderr, result.stderr[-3000:]
 
 
+# The outputs computed by the child processes of test_streamed_outputs_match_plain_ones: every elementwise
+# function's forward, and its in-place form, over slices of the given inputs that start at several alignments.
+STREAMING_SCRIPT = """
+import sys, torch, activations
+inputs = torch.load(sys.argv[1])
+results = {}
+for key, values in inputs.items():
+    for n, offset in ((1, 0), (37, 1), (4099, 3), (70001, 0), (70001, 1), (70001, 3)):
+        for name, row in activations.OPS.items():
+            with torch.no_grad():
+                results[(key, n, offset, name)] = getattr(activations, name)(values[offset:offset + n])
+                if row.inplace:
+                    copy = values.clone()
+                    getattr(activations, name + "_")(copy[offset:offset + n])
+                    results[(key, n, offset, name + "_")] = copy
+torch.save(results, sys.argv[2])
+"""
+
+
+@pytest.mark.skipif("-DACTIVATIONS_CPU_AVX2" not in activations.cpu_flags(),
+                    reason="the CPU loops stream only where they are compiled for AVX2 (x86-64)")
+def test_streamed_outputs_match_plain_ones(tmp_path):
+    """The piecewise-linear forwards write an output of at least ACTIVATIONS_CPU_STREAMING_BYTES (default the L3
+    cache's size) by streaming stores, a block at a time from a buffer (kernels/cpu_kernels.cpp, stream_blocks).
+    With the threshold 0 every such output streams, whatever its size: it must hold the bits of the plain stores',
+    for outputs that start off a 64-byte line (the head is stored plainly), end inside one, span both threads'
+    chunks, and in place."""
+    seed = fresh_seed()
+    inputs = {}
+    for dtype in DTYPES:
+        values = sample(70004, dtype, "cpu", seed)
+        order = torch.randperm(values.numel(), generator=torch.Generator().manual_seed(seed))
+        inputs[str(dtype)] = values[order][:70004]
+    torch.save(inputs, tmp_path / "inputs.pt")
+    outputs = {}
+    for threshold in ("0", str(2**62)):
+        saved = tmp_path / f"outputs_{threshold}.pt"
+        result = subprocess.run([sys.executable, "-c", STREAMING_SCRIPT, str(tmp_path / "inputs.pt"), str(saved)],
+                                cwd=HERE, capture_output=True, text=True,
+                                env={**os.environ, "ACTIVATIONS_CPU_STREAMING_BYTES": threshold, "OMP_NUM_THREADS": "2"})
+        assert result.returncode == 0, result.stderr[-3000:]
+        outputs[threshold] = torch.load(saved)
+    streamed, plain = outputs["0"], outputs[str(2**62)]
+    assert streamed.keys() == plain.keys() and len(plain) > 0
+    bits = {1: torch.uint8, 2: torch.int16, 4: torch.int32, 8: torch.int64}
+    for key, expected in plain.items():
+        got = streamed[key]
+        assert got.dtype == expected.dtype and got.shape == expected.shape, key
+        as_bits = bits[expected.element_size()]
+        assert torch.equal(got.contiguous().view(as_bits), expected.contiguous().view(as_bits)), (key, seed)
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Distributed training
 #
