@@ -386,9 +386,14 @@ typedef long long Bytes32 __attribute__((vector_size(32)));
 constexpr int64_t kLineBytes = 64;
 constexpr int64_t kStreamBlockBytes = 1024;
 
+// ACTIVATIONS_CPU_STREAMING_BYTES where it is a whole number of bytes (anything else is ignored), else the L3's size.
 int64_t streaming_bytes() {
   static const int64_t bytes = [] {
-    if (const char* configured = getenv("ACTIVATIONS_CPU_STREAMING_BYTES")) return int64_t(atoll(configured));
+    if (const char* configured = getenv("ACTIVATIONS_CPU_STREAMING_BYTES")) {
+      char* end = nullptr;
+      const long long value = strtoll(configured, &end, 10);
+      if (end != configured && *end == '\0' && value >= 0) return int64_t(value);
+    }
     const long cache = sysconf(_SC_LEVEL3_CACHE_SIZE);
     return cache > 0 ? int64_t(cache) : INT64_MAX;
   }();
