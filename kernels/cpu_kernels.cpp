@@ -378,9 +378,10 @@ constexpr bool fused() {
 // two rounds: the ReLU forward at 2^24 elements 1.00-1.02x torch's -> 1.34-1.38x, hardtanh 1.00-1.02x ->
 // 1.28-1.39x (2^22, 16 MiB, unchanged). In a C++ loop there (tools/cpu_streaming_stores.cpp), ReLU and then a
 // consumer that reads its output (z = 2 y + z) took 0.80-0.82x the time of the pair with plain stores at 2^24
-// elements, 0.99-1.01x at 2^22 and 1.26-1.35x at 2^20: outputs that fit the cache do not stream. Only the forwards of the mask rows (a select or a clamp an
-// element) stream: the forwards with an exponential lost what their loops' compute had overlapped with the
-// stores (with every output of 12 MiB or more streamed, GELU's at 2^22 went from 0.92-0.93x to 0.79-0.85x).
+// elements, 0.99-1.01x at 2^22 and 1.26-1.35x at 2^20: outputs that fit the cache do not stream. Only the
+// forwards of the mask rows (a select or a clamp an element) that write no mask stream: the forwards with an
+// exponential lost what their loops' compute had overlapped with the stores (with every output of 12 MiB or more
+// streamed, GELU's at 2^22 went from 0.92-0.93x to 0.79-0.85x).
 #ifdef ACTIVATIONS_CPU_AVX2
 typedef long long Bytes32 __attribute__((vector_size(32)));
 constexpr int64_t kLineBytes = 64;
