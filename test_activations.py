@@ -2270,9 +2270,9 @@ def test_streamed_outputs_match_plain_ones(tmp_path):
     outputs = {}
     for threshold in ("0", str(2**62)):
         saved = tmp_path / f"outputs_{threshold}.pt"
+        env = {**os.environ, "ACTIVATIONS_CPU_STREAMING_BYTES": threshold, "OMP_NUM_THREADS": "2"}
         result = subprocess.run([sys.executable, "-c", STREAMING_SCRIPT, str(tmp_path / "inputs.pt"), str(saved)],
-                                cwd=HERE, capture_output=True, text=True,
-                                env={**os.environ, "ACTIVATIONS_CPU_STREAMING_BYTES": threshold, "OMP_NUM_THREADS": "2"})
+                                cwd=HERE, env=env, capture_output=True, text=True)
         assert result.returncode == 0, result.stderr[-3000:]
         outputs[threshold] = torch.load(saved)
     streamed, plain = outputs["0"], outputs[str(2**62)]
