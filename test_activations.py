@@ -2234,7 +2234,8 @@ def test_failing_nvcc_falls_back_to_cpu_and_says_where_the_log_is(tmp_path):
 
 
 # The outputs computed by the child processes of test_streamed_outputs_match_plain_ones: every elementwise
-# function's forward, and its in-place form, over slices of the given inputs that start at several alignments.
+# function's forward, and its in-place form, over slices of the given inputs that start at several alignments;
+# and with grad, its forward (which writes a mask where the row saves one) and the gradient.
 STREAMING_SCRIPT = """
 import sys, torch, activations
 inputs = torch.load(sys.argv[1])
@@ -2242,12 +2243,18 @@ results = {}
 for key, values in inputs.items():
     for n, offset in ((1, 0), (37, 1), (4099, 3), (70001, 0), (70001, 1), (70001, 3)):
         for name, row in activations.OPS.items():
+            function = getattr(activations, name)
             with torch.no_grad():
-                results[(key, n, offset, name)] = getattr(activations, name)(values[offset:offset + n])
+                results[(key, n, offset, name)] = function(values[offset:offset + n])
                 if row.inplace:
                     copy = values.clone()
                     getattr(activations, name + "_")(copy[offset:offset + n])
                     results[(key, n, offset, name + "_")] = copy
+            x = values[offset:offset + n].clone().requires_grad_()
+            y = function(x)
+            y.backward(values.flip(0)[:n])
+            results[(key, n, offset, name, "with grad")] = y.detach()
+            results[(key, n, offset, name, "gradient")] = x.grad
 torch.save(results, sys.argv[2])
 """
 
@@ -2255,11 +2262,11 @@ torch.save(results, sys.argv[2])
 @pytest.mark.skipif("-DACTIVATIONS_CPU_AVX2" not in activations.cpu_flags(),
                     reason="the CPU loops stream only where they are compiled for AVX2 (x86-64)")
 def test_streamed_outputs_match_plain_ones(tmp_path):
-    """The piecewise-linear forwards write an output of at least ACTIVATIONS_CPU_STREAMING_BYTES (default the L3
-    cache's size) by streaming stores, a block at a time from a buffer (kernels/cpu_kernels.cpp, stream_blocks).
-    With the threshold 0 every such output streams, whatever its size: it must hold the bits of the plain stores',
-    for outputs that start off a 64-byte line (the head is stored plainly), end inside one, span both threads'
-    chunks, and in place."""
+    """The piecewise-linear ops write an output of at least ACTIVATIONS_CPU_STREAMING_BYTES (default the L3 cache's
+    size) by streaming stores, a block at a time from a buffer (kernels/cpu_kernels.cpp, stream_blocks): the
+    forward, with or without its mask, and the backward from the mask. With the threshold 0 every such output
+    streams, whatever its size: it must hold the bits of the plain stores', for outputs that start off a 64-byte
+    line (the head is stored plainly), end inside one, span both threads' chunks, and in place."""
     seed = fresh_seed()
     inputs = {}
     for dtype in DTYPES:

@@ -368,7 +368,7 @@ constexpr bool fused() {
   return !std::is_same_v<Op, DoubleBackward<F, true>> && !std::is_same_v<Op, DoubleBackward<F, false>>;
 }
 
-// Streaming stores for the large outputs of the piecewise-linear forwards. A store to a line not in cache first
+// Streaming stores for the large outputs of the piecewise-linear ops. A store to a line not in cache first
 // reads the line (read for ownership): an output larger than the last-level cache, which cannot stay in it, costs
 // a read of memory on top of its write. Streaming (non-temporal) stores write whole lines without reading them
 // and bypass the caches, so such an output is computed a block at a time into a buffer in L1 and streamed out from
@@ -378,13 +378,15 @@ constexpr bool fused() {
 // two rounds: the ReLU forward at 2^24 elements 1.00-1.02x torch's -> 1.34-1.38x, hardtanh 1.00-1.02x ->
 // 1.28-1.39x (2^22, 16 MiB, unchanged). In a C++ loop there (tools/cpu_streaming_stores.cpp), ReLU and then a
 // consumer that reads its output (z = 2 y + z) took 0.80-0.82x the time of the pair with plain stores at 2^24
-// elements, 0.99-1.01x at 2^22 and 1.26-1.35x at 2^20: outputs that fit the cache do not stream. Only the
-// forwards of the mask rows (a select or a clamp an element) that write no mask stream: the forwards with an
-// exponential lost what their loops' compute had overlapped with the stores (with every output of 12 MiB or more
-// streamed, GELU's at 2^22 went from 0.92-0.93x to 0.79-0.85x).
+// elements, 0.99-1.01x at 2^22 and 1.26-1.35x at 2^20: outputs that fit the cache do not stream. Only the mask
+// rows (a select or a clamp an element) stream, in their forwards (cpu_elementwise, and for_mask_chunks where the
+// forward writes the mask) and their backwards from the mask (for_mask_chunks): at 2^24 float32 elements, ReLU's
+// and hardsigmoid's backwards went from 1.27-1.31x to 1.63-1.69x, their steps from 1.09-1.16x to 1.36-1.46x. The
+// forwards with an exponential lost what their loops' compute had overlapped with the stores (with every output
+// of 12 MiB or more streamed, GELU's at 2^22 went from 0.92-0.93x to 0.79-0.85x).
+constexpr int64_t kLineBytes = 64;
 #ifdef ACTIVATIONS_CPU_AVX2
 typedef long long Bytes32 __attribute__((vector_size(32)));
-constexpr int64_t kLineBytes = 64;
 constexpr int64_t kStreamBlockBytes = 1024;
 
 // ACTIVATIONS_CPU_STREAMING_BYTES where it is a whole number of bytes (anything else is ignored), else the L3's size.
@@ -449,9 +451,9 @@ void stream_blocks(int64_t begin, int64_t end, T* out, const Compute& compute) {
 }
 #endif
 
-// op over [0, n) on torch's CPU threads; where kMayStream, an output that streams() goes out by stream_blocks. The
-// lambda captures by value, and cpu_loop takes its values as arguments: captured references would have to be
-// reloaded after every store through a byte pointer.
+// op over [0, n) on torch's CPU threads; where kMayStream (the mask rows' forwards), an output that streams() goes
+// out by stream_blocks. The lambda captures by value, and cpu_loop takes its values as arguments: captured
+// references would have to be reloaded after every store through a byte pointer.
 template <bool kMayStream, class scalar_t, class Op, class... In>
 void cpu_elementwise(int64_t n, Op op, scalar_t* out, const In*... in) {
   const bool streamed = kMayStream && streams(n, out);
@@ -610,12 +612,20 @@ ACTIVATIONS_CPU_LOOP void cpu_mask_copy_loop(int64_t n, const Raw* grad_out, con
   for (; i < n; ++i) grad_in[i] = (mask[i / 8] >> (i % 8)) & 1u ? grad_out[i] : Raw(0);
 }
 
-// Calls loop(first element, count, first mask byte) over [0, n) on torch's CPU threads, split at byte boundaries
-// so that no two threads write one mask byte.
-template <class Loop>
-void for_mask_chunks(int64_t n, Loop loop) {
+// Calls loop(first element, count, first mask byte, to) over [0, n) on torch's CPU threads, split at byte
+// boundaries so that no two threads write one mask byte; `to` is where the loop writes out[first, first + count):
+// out + first, or a buffer that stream_blocks streams out, where out streams() and starts on a cache line (then its
+// blocks, and the head before a chunk's first line, start on mask bytes too: 8 elements are at most 64 bytes).
+template <class T, class Loop>
+void for_mask_chunks(int64_t n, T* out, Loop loop) {
+  const bool streamed = streams(n, out) && reinterpret_cast<uintptr_t>(out) % kLineBytes == 0;
   parallel((n + 7) / 8, kCpuGrain / 8, [=](int64_t begin, int64_t end) {
-    loop(begin * 8, std::min(n, end * 8) - begin * 8, begin);
+    const int64_t first = begin * 8, last = std::min(n, end * 8);
+    if (streamed) {
+      return stream_blocks(first, last, out,
+                           [&](int64_t from, int64_t count, T* to) { loop(from, count, from / 8, to); });
+    }
+    loop(first, last - first, begin, out + first);
   });
 }
 
@@ -631,8 +641,8 @@ void cpu_forward(Functor functor, DType dtype, const double* args, const void* x
       const auto run = [&](auto* out) {
         if (mask == nullptr) return cpu_elementwise<F::kMask>(n, Forward<F>{f}, out, in);
         if constexpr (F::kMask) {
-          for_mask_chunks(n, [=](int64_t first, int64_t count, int64_t byte) {
-            cpu_forward_mask_loop(count, f, in + first, out + first, mask + byte);
+          for_mask_chunks(n, out, [=](int64_t first, int64_t count, int64_t byte, auto* to) {
+            cpu_forward_mask_loop(count, f, in + first, to, mask + byte);
           });
         }
       };
@@ -694,8 +704,8 @@ void cpu_mask_backward(DType dtype, double passing, double blocked, const void* 
     const auto* g = static_cast<const scalar_t*>(grad_out);
     auto* out = static_cast<scalar_t*>(grad_in);
     const auto run = [=](auto select) {
-      for_mask_chunks(n, [=](int64_t first, int64_t count, int64_t byte) {
-        cpu_mask_backward_loop(count, select, g + first, mask + byte, out + first);
+      for_mask_chunks(n, out, [=](int64_t first, int64_t count, int64_t byte, scalar_t* to) {
+        cpu_mask_backward_loop(count, select, g + first, mask + byte, to);
       });
     };
     if (passing == 1.0 && blocked == 0.0) {
@@ -703,8 +713,8 @@ void cpu_mask_backward(DType dtype, double passing, double blocked, const void* 
                                      std::conditional_t<sizeof(scalar_t) == 4, uint32_t, uint64_t>>;
       const auto* g_raw = static_cast<const Raw*>(grad_out);
       auto* out_raw = static_cast<Raw*>(grad_in);
-      return for_mask_chunks(n, [=](int64_t first, int64_t count, int64_t byte) {
-        cpu_mask_copy_loop(count, g_raw + first, mask + byte, out_raw + first);
+      return for_mask_chunks(n, out_raw, [=](int64_t first, int64_t count, int64_t byte, Raw* to) {
+        cpu_mask_copy_loop(count, g_raw + first, mask + byte, to);
       });
     }
     constexpr bool k16Bit = sizeof(scalar_t) == 2;
