@@ -397,8 +397,12 @@ int64_t streaming_bytes() {
       const long long value = strtoll(configured, &end, 10);
       if (end != configured && *end == '\0' && value >= 0) return int64_t(value);
     }
+#ifdef _SC_LEVEL3_CACHE_SIZE  // glibc's; elsewhere (macOS) the size is unknown
     const long cache = sysconf(_SC_LEVEL3_CACHE_SIZE);
     return cache > 0 ? int64_t(cache) : INT64_MAX;
+#else
+    return INT64_MAX;
+#endif
   }();
   return bytes;
 }
