@@ -113,10 +113,15 @@ struct NormalTail {
   float tail, pdf;
 };
 ACTIVATION_FN NormalTail normal_tail(float x) {
-  const float magnitude = fabsf(x);
-  const float a = magnitude < 14.47f ? magnitude : 14.47f;
-  const float square = a * a;
-  const float e = exp_nonpositive_scaled(-0.5f * square, -0.5f * fmaf(a, a, -square));
+  // a = min(|x|, 14.47) by an integer minimum of the bits (a non-negative float's bits order as its values do): one
+  // instruction on the CPU, where a float compare and select took two. -a^2 / 2 = hi + lo from -a / 2 (exact): the
+  // same bits as halving a^2 and its rounding error, one multiplication fewer. (Over every float input, the float32
+  // forward on the CPU gave the same bits as before, in 8 % less time in a loop of its own.)
+  const uint32_t magnitude = bits_of(x) & 0x7fffffffu, largest = 0x4167851fu;  // 14.47f
+  const float a = float_from_bits(magnitude < largest ? magnitude : largest);
+  const float minus_half_a = -0.5f * a;
+  const float hi = minus_half_a * a;
+  const float e = exp_nonpositive_scaled(hi, fmaf(minus_half_a, a, -hi));
   const float t = 1.0f / fmaf(a, 0.34375f, 1.0f);
   constexpr float kScale = 1.0f / 16777216;  // 2^-24
   float q = fmaf(-2.798232995e-02f * kScale, t, 1.446009874e-01f * kScale);

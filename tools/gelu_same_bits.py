@@ -1,0 +1,60 @@
+"""Whether the float32 GELU (erf form) gives the same bits on the CPU and on the GPU: both compute
+float_math::normal_tail (kernels/activations.cuh), every step an explicit fma or a single IEEE operation. Walks every
+float32 bit pattern (or every STRIDE-th) in chunks, computes the forward and the backward (at an incoming gradient
+of 1) on both devices, and counts the results whose bits differ (NaNs compared as NaNs, their payloads aside).
+
+    python tools/gelu_same_bits.py [--stride 1] [--chunk 2^26]  (inputs per chunk)
+"""
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import activations  # noqa: E402
+
+
+def results(x):
+    """(forward, backward at gradient 1) of GELU at x, on x's device."""
+    y = activations.gelu(x)
+    grad = torch.ops.activations.backward(torch.ones_like(x), x, "gelu", [0.0], "input")
+    return y, grad
+
+
+def differing(a, b):
+    """How many elements of a and b (float32, same shape) differ in bits, NaN equal to NaN."""
+    both_nan = a.isnan() & b.isnan()
+    return int(((a.view(torch.int32) != b.view(torch.int32)) & ~both_nan).sum())
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--stride", type=int, default=1)
+    parser.add_argument("--chunk", type=lambda s: 2 ** int(s[2:]) if s.startswith("2^") else int(s), default=1 << 26)
+    options = parser.parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("gelu_same_bits: needs a CUDA GPU")
+    total = forward_diff = backward_diff = 0
+    first = None
+    for start in range(0, 1 << 32, options.chunk * options.stride):
+        bits = torch.arange(start, min(start + options.chunk * options.stride, 1 << 32), options.stride,
+                            dtype=torch.int64)
+        x = (bits - (1 << 32) * (bits >= 1 << 31)).to(torch.int32).view(torch.float32)  # the patterns as int32
+        cpu_y, cpu_g = results(x)
+        gpu_y, gpu_g = (t.cpu() for t in results(x.cuda()))
+        f, b = differing(cpu_y, gpu_y), differing(cpu_g, gpu_g)
+        if (f or b) and first is None:
+            bad = ((cpu_y.view(torch.int32) != gpu_y.view(torch.int32)) & ~(cpu_y.isnan() & gpu_y.isnan())) | \
+                  ((cpu_g.view(torch.int32) != gpu_g.view(torch.int32)) & ~(cpu_g.isnan() & gpu_g.isnan()))
+            i = int(bad.nonzero()[0])
+            first = (x[i].item(), cpu_y[i].item(), gpu_y[i].item(), cpu_g[i].item(), gpu_g[i].item())
+        forward_diff, backward_diff, total = forward_diff + f, backward_diff + b, total + x.numel()
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}: {total} float32 inputs (stride {options.stride})")
+    print(f"forward: {forward_diff} differ; backward (gradient 1): {backward_diff} differ")
+    if first is not None:
+        print("first difference: x = %r: forward cpu %r gpu %r, backward cpu %r gpu %r" % first)
+
+
+if __name__ == "__main__":
+    main()
