@@ -112,6 +112,19 @@ ACTIVATION_FN float exp_nonpositive_scaled(float hi, float lo) {
 struct NormalTail {
   float tail, pdf;
 };
+constexpr float kNormalTailScale = 1.0f / 16777216;  // 2^-24
+// Q(t) 2^-24 (see above).
+ACTIVATION_FN float normal_tail_q(float t) {
+  constexpr float kScale = kNormalTailScale;
+  float q = fmaf(-2.798232995e-02f * kScale, t, 1.446009874e-01f * kScale);
+  q = fmaf(q, t, -2.730886042e-01f * kScale);
+  q = fmaf(q, t, 1.922969520e-01f * kScale);
+  q = fmaf(q, t, -4.012899101e-02f * kScale);
+  q = fmaf(q, t, 1.129568815e-01f * kScale);
+  q = fmaf(q, t, 1.166759953e-01f * kScale);
+  q = fmaf(q, t, 1.375498027e-01f * kScale);
+  return fmaf(q, t, 1.371193081e-01f * kScale);
+}
 ACTIVATION_FN NormalTail normal_tail(float x) {
   // a = min(|x|, 14.47) by an integer minimum of the bits (a non-negative float's bits order as its values do): one
   // instruction on the CPU, where a float compare and select took two. -a^2 / 2 = hi + lo from -a / 2 (exact): the
@@ -123,16 +136,7 @@ ACTIVATION_FN NormalTail normal_tail(float x) {
   const float hi = minus_half_a * a;
   const float e = exp_nonpositive_scaled(hi, fmaf(minus_half_a, a, -hi));
   const float t = 1.0f / fmaf(a, 0.34375f, 1.0f);
-  constexpr float kScale = 1.0f / 16777216;  // 2^-24
-  float q = fmaf(-2.798232995e-02f * kScale, t, 1.446009874e-01f * kScale);
-  q = fmaf(q, t, -2.730886042e-01f * kScale);
-  q = fmaf(q, t, 1.922969520e-01f * kScale);
-  q = fmaf(q, t, -4.012899101e-02f * kScale);
-  q = fmaf(q, t, 1.129568815e-01f * kScale);
-  q = fmaf(q, t, 1.166759953e-01f * kScale);
-  q = fmaf(q, t, 1.375498027e-01f * kScale);
-  q = fmaf(q, t, 1.371193081e-01f * kScale);
-  return {e * (t * q), e * (0.398942280401432677940f * kScale)};
+  return {e * (t * normal_tail_q(t)), e * (0.398942280401432677940f * kNormalTailScale)};
 }
 
 }  // namespace float_math

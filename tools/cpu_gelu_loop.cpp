@@ -30,16 +30,7 @@ inline float tail_before(float x) {
   const float square = a * a;
   const float e = float_math::exp_nonpositive_scaled(-0.5f * square, -0.5f * fmaf(a, a, -square));
   const float t = 1.0f / fmaf(a, 0.34375f, 1.0f);
-  constexpr float kScale = 1.0f / 16777216;
-  float q = fmaf(-2.798232995e-02f * kScale, t, 1.446009874e-01f * kScale);
-  q = fmaf(q, t, -2.730886042e-01f * kScale);
-  q = fmaf(q, t, 1.922969520e-01f * kScale);
-  q = fmaf(q, t, -4.012899101e-02f * kScale);
-  q = fmaf(q, t, 1.129568815e-01f * kScale);
-  q = fmaf(q, t, 1.166759953e-01f * kScale);
-  q = fmaf(q, t, 1.375498027e-01f * kScale);
-  q = fmaf(q, t, 1.371193081e-01f * kScale);
-  return e * (t * q);
+  return e * (t * float_math::normal_tail_q(t));
 }
 
 LOOP void gelu_before(int64_t n, const float* __restrict x, float* __restrict y) {
