@@ -98,8 +98,8 @@ Tensor backward_kernel(const Tensor& grad_output, const Tensor& output, int64_t 
   return gi;
 }
 
-// Boxed, as activations.cpp's kernels (the arguments taken from the stack): TORCH_FN's unboxing templates, for these
-// four kernels alone, cost the glue unit about 1.5 s of a cold build.
+// Boxed, as activations.cpp's kernels (the arguments taken from the stack): TORCH_FN's unboxing and schema-inference
+// templates for these four kernels cost the 2-core cold build about 0.9 s (docs/performance.md, Build time).
 template <bool kCompute, bool kLog>
 void forward_boxed(const c10::OperatorHandle&, Stack* stack) {  // (x, dim, dtype)
   Tensor y = forward_kernel<kCompute, kLog>(torch::jit::peek(*stack, 0, 3).toTensor(),

@@ -23,9 +23,8 @@ def results(x):
 
 
 def differing(a, b):
-    """How many elements of a and b (float32, same shape) differ in bits, NaN equal to NaN."""
-    both_nan = a.isnan() & b.isnan()
-    return int(((a.view(torch.int32) != b.view(torch.int32)) & ~both_nan).sum())
+    """Where a and b (float32, same shape) differ in bits, NaN equal to NaN."""
+    return (a.view(torch.int32) != b.view(torch.int32)) & ~(a.isnan() & b.isnan())
 
 
 def main():
@@ -43,11 +42,10 @@ def main():
         x = (bits - (1 << 32) * (bits >= 1 << 31)).to(torch.int32).view(torch.float32)  # the patterns as int32
         cpu_y, cpu_g = results(x)
         gpu_y, gpu_g = (t.cpu() for t in results(x.cuda()))
-        f, b = differing(cpu_y, gpu_y), differing(cpu_g, gpu_g)
+        forward_bad, backward_bad = differing(cpu_y, gpu_y), differing(cpu_g, gpu_g)
+        f, b = int(forward_bad.sum()), int(backward_bad.sum())
         if (f or b) and first is None:
-            bad = ((cpu_y.view(torch.int32) != gpu_y.view(torch.int32)) & ~(cpu_y.isnan() & gpu_y.isnan())) | \
-                  ((cpu_g.view(torch.int32) != gpu_g.view(torch.int32)) & ~(cpu_g.isnan() & gpu_g.isnan()))
-            i = int(bad.nonzero()[0])
+            i = int((forward_bad | backward_bad).nonzero()[0])
             first = (x[i].item(), cpu_y[i].item(), gpu_y[i].item(), cpu_g[i].item(), gpu_g[i].item())
         forward_diff, backward_diff, total = forward_diff + f, backward_diff + b, total + x.numel()
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}: {total} float32 inputs (stride {options.stride})")
