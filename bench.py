@@ -35,12 +35,14 @@ themselves the same way, whose spread says how far from 1.0x a cell reads with n
 Times are medians of --reps samples (default 20) after a warm-up; on the GPU each sample is a pair of CUDA events,
 and calls shorter than about a millisecond are batched into one sample. GB/s counts the bytes a pass must move (see
 bytes_moved: ops whose backward works from a 1-bit mask read that instead of a saved tensor), and "% copy" relates
-that rate to the run's copy floor, the ceiling of a memory-bound op: ONE number per run, the best of several rounds
-of a device-to-device copy of a fixed number of bytes (a float32 tensor of the run's largest shape, whatever the
-cell's dtype), one round before the first row and one after each row, so the rounds are spread over the run as the
-cells are. Every cell's "% copy" divides by that one number; progress lines use the best so far, the tables and
---json the final one. (A copy per dtype made 16-bit cells read 108-111 % of copy on the H100, where a float16
-copy_ once ran at 2763 GB/s against 3034 GB/s for float32.) Before a cell is timed, ours is checked against
+that rate to the run's copy floor, the ceiling of a memory-bound op: the best of several rounds of a copy of a
+fixed number of bytes (a float32 tensor, whatever the cell's dtype), one round before the first row and one after
+each row, so the rounds are spread over the run as the cells are. On the GPU that is ONE number per run, the copy
+of the run's largest shape in float32 (a copy per dtype made 16-bit cells read 108-111 % of copy on the H100,
+where a float16 copy_ once ran at 2763 GB/s against 3034 GB/s for float32). On the CPU each cell divides by the
+copy of its own tensor's bytes: the caches hold a table's 16-bit tensors and not all of its float64 ones, so one
+number put float64 cells at 53-73 % and, on another host, 16-bit cells at 110-131 % (floor_bytes). Progress lines
+use the best so far, the tables and --json the final floors. Before a cell is timed, ours is checked against
 torch's result (torch.testing.assert_close); a cell that fails the check or raises is reported as an error and the
 run goes on, and the exit status is then 1.
 
@@ -96,7 +98,8 @@ over a middle dim, in float32 and bfloat16 (--dtypes): forward (under no_grad) a
 alone on a saved output: ours activations::softmax_backward, torch's aten::_softmax_backward_data, and
 torch.compile of torch's: at KernelBench's shape only, unless --compile), in alternating rounds, medians of CUDA
 events. "% floor" relates ours to the bytes a pass
-must move (forward: read x, write y; backward: read g and y, write the gradient) at the run's float32 copy rate.
+must move (forward: read x, write y; backward: read g and y, write the gradient) at the run's float32 copy rate (on
+the CPU, of a copy of the cell's tensor bytes, as in the main table).
 Where Liger-Kernel is importable (`liger_kernel.ops.softmax`), softmax over the last dim gets a liger column too: its
 LigerSoftmaxFunction forward, and its backward through autograd.grad; the ratio printed is liger/ours.
 
@@ -354,27 +357,56 @@ COPY_RECORDS = []  # every copy measured in this run, for --json
 
 
 class CopyFloor:
-    """The run's copy floor: one rate for every cell of the main table, whatever its dtype.
+    """A table's copy floors: for each size in `sizes` (bytes), the best of several rounds of a copy of that many
+    bytes (a float32 tensor whatever the cells' dtype, bytes read + written counted), timed as the cells are. The
+    main table takes a round of every size before its first row and one after each row, so the rounds are spread
+    over the run as the cells are.
 
-    Each round times a device-to-device copy of the same `nbytes` (a float32 tensor), counting bytes read + written,
-    timed as the cells are; the floor is the best round so far. The main table takes a round before its first row
-    and one after each row, so the rounds are interleaved with the cells over the whole run."""
+    floor_bytes says which size a cell divides by: on the GPU every cell by one, the run's largest tensor in float32
+    (one floor per run); on the CPU each cell by its own tensor's bytes, as its caches hold some of a table's
+    tensors and not others."""
 
-    def __init__(self, nbytes, device, reps):
-        self.nbytes, self.device, self.reps = nbytes, device, reps
-        self.record = {"kind": "copy", "scope": "run", "bytes": nbytes, "rounds_gbps": [], "gbps": None}
-        COPY_RECORDS.append(self.record)
+    def __init__(self, sizes, device, reps):
+        self.device, self.reps = device, reps
+        self.records = {}
+        for nbytes in sorted(set(sizes)):
+            self.records[nbytes] = {"kind": "copy", "scope": "run", "bytes": nbytes, "rounds_gbps": [], "gbps": None}
+            COPY_RECORDS.append(self.records[nbytes])
 
     def measure(self):
-        """One more round; returns the best rate so far."""
-        src = torch.randn(max(1, self.nbytes // 4), device=self.device)
-        dst = torch.empty_like(src)
-        ms = time_ms(lambda: dst.copy_(src), self.device, self.reps)
-        del src, dst
-        release(self.device)
-        self.record["rounds_gbps"].append(gbps(2 * self.nbytes, ms))
-        self.record["gbps"] = max(self.record["rounds_gbps"])
-        return self.record["gbps"]
+        """One more round of every size."""
+        for nbytes, record in self.records.items():
+            src = torch.randn(max(1, nbytes // 4), device=self.device)
+            dst = torch.empty_like(src)
+            ms = time_ms(lambda: dst.copy_(src), self.device, self.reps)
+            del src, dst
+            release(self.device)
+            record["rounds_gbps"].append(gbps(2 * nbytes, ms))
+            record["gbps"] = max(record["rounds_gbps"])
+
+    def rate(self, nbytes):
+        """The best rate so far of the copy of nbytes."""
+        return self.records[nbytes]["gbps"]
+
+    def describe(self, rounds=False):
+        """Each size's floor so far (and its rounds), for the log."""
+        texts = []
+        for nbytes, record in self.records.items():
+            text = f"{fmt_bytes(nbytes)} float32 {record['gbps']:.0f} GB/s"
+            if rounds:
+                text += " (the best of " + ", ".join(f"{rate:.0f}" for rate in record["rounds_gbps"]) + ")"
+            texts.append(text)
+        return "; ".join(texts)
+
+
+def floor_bytes(device, numel, itemsize, largest_numel):
+    """The size of the copy whose rate a cell's % of copy divides by (see CopyFloor). On the CPU the cell's own
+    tensor's: a 2-core Emerald Rapids VM copied 8-16 MiB float32 tensors at 47-55 GB/s, 32 MiB ones at 35-41 and
+    64 MiB or more at 22-26, so against one floor at 2^22 elements its float64 cells (32 MiB) read 53-73 %, and on
+    an Ice Lake VM, whose caches held less, 16-bit forwards (8 MiB) read 110-131 %. On the GPU every cell's
+    tensors are far larger than its L2 cache: one floor, the run's largest tensor in float32 (a float16 copy_ ran
+    at 2763 GB/s against 3034 GB/s for float32 on the H100, so a floor per dtype put 16-bit cells above 100 %)."""
+    return numel * itemsize if device.type == "cpu" else 4 * largest_numel
 
 
 SIZE_COPY_RATES = {}  # (bytes, graph) -> GB/s, the sweep's floor per size
@@ -587,10 +619,11 @@ def compiled(fn):
 
 def run_cells(rows, dtypes, shapes, directions, device, reps, with_compile, floor=None):
     """Every cell, one progress line as each finishes; returns the records. With a CopyFloor (the main table), one
-    copy round runs after each row and every cell's % of copy is set from the final floor at the end; without one
+    copy round runs after each row and every cell's % of copy is set from its final floor at the end; without one
     (the sweep), cells are related to a copy of their own size and timed through CUDA graphs where run_cell says."""
     records = []
     total, done = len(rows) * len(dtypes) * len(shapes) * len(directions), 0
+    largest_numel = max(map(math.prod, shapes))
     for row in rows:
         for dtype in dtypes:
             for shape in shapes:
@@ -606,7 +639,9 @@ def run_cells(rows, dtypes, shapes, directions, device, reps, with_compile, floo
                     record = {"kind": "cell", "op": row.name, "params": row.params, "dtype": dtype_name(dtype),
                               "direction": direction, "numel": x.numel(), "shape": list(x.shape)}
                     try:
-                        run_cell(record, row, impls, x, g, device, reps, floor and floor.record["gbps"],
+                        if floor is not None:
+                            record["copy_bytes"] = floor_bytes(device, x.numel(), x.element_size(), largest_numel)
+                        run_cell(record, row, impls, x, g, device, reps, floor and floor.rate(record["copy_bytes"]),
                                  graphs=floor is None)
                     except torch.cuda.OutOfMemoryError:
                         record["error"] = "out of memory"
@@ -623,7 +658,7 @@ def run_cells(rows, dtypes, shapes, directions, device, reps, with_compile, floo
     if floor is not None:
         for record in records:
             if "copy_gbps" in record:
-                apply_copy_floor(record, floor.record["gbps"])
+                apply_copy_floor(record, floor.rate(record["copy_bytes"]))
     return records
 
 
@@ -1120,6 +1155,8 @@ def print_cells(records, title):
         rows.append(row)
     if len(floors) == 1:
         title += f"; % copy of the run's copy floor, {fmt(floors.pop(), '.0f')} GB/s"
+    elif any("copy_bytes" in r for r in records):
+        title += "; % copy of a float32 copy of the cell's tensor bytes (its rate: copy GB/s)"
     print_table(title, headers, rows)
     if graphs:
         print(
@@ -1401,12 +1438,14 @@ def run_table(args, rows, device, name, reps, sweep):
     dtypes, shapes, directions, with_compile = cell_plan(args, device.type == "cuda", sweep)
     floor = None
     if not sweep:
-        floor = CopyFloor(4 * max(map(math.prod, shapes)), device, reps)
-        print(f"copy floor ({fmt_bytes(floor.nbytes)} float32): {floor.measure():.0f} GB/s", flush=True)
+        largest = max(map(math.prod, shapes))
+        sizes = [floor_bytes(device, math.prod(shape), dtype.itemsize, largest) for shape in shapes for dtype in dtypes]
+        floor = CopyFloor(sizes, device, reps)
+        floor.measure()
+        print(f"copy floor: {floor.describe()}", flush=True)
     cells = run_cells(rows, dtypes, shapes, directions, device, reps, with_compile, floor)
     if floor is not None:
-        rounds = ", ".join(f"{rate:.0f}" for rate in floor.record["rounds_gbps"])
-        print(f"copy floor of this run: {floor.record['gbps']:.0f} GB/s, the best of {rounds}", flush=True)
+        print(f"copy floor of this run: {floor.describe(rounds=True)}", flush=True)
     print_cells(cells, f"{'Sweep' if sweep else 'Benchmark'} on {name}: {size_text(shapes)} elements, {reps} samples")
     print_memory(cells)
     if not sweep and device.type == "cpu":
@@ -1478,8 +1517,11 @@ def run_softmax(args, device, reps):
     directions = [d for d in (args.directions or ["forward", "backward"]) if d in ("forward", "backward")]
     with_compile = args.compile if args.compile is not None else on_gpu
     shapes = SOFTMAX_SHAPES if on_gpu else SOFTMAX_CPU_SHAPES
-    floor = CopyFloor(4 * max(math.prod(shape) for shape, _ in shapes), device, reps)
-    print(f"copy floor ({fmt_bytes(floor.nbytes)} float32): {floor.measure():.0f} GB/s", flush=True)
+    largest = max(math.prod(shape) for shape, _ in shapes)
+    floor = CopyFloor([floor_bytes(device, math.prod(shape), dtype.itemsize, largest)
+                       for shape, _ in shapes for dtype in dtypes], device, reps)
+    floor.measure()
+    print(f"copy floor: {floor.describe()}", flush=True)
     aten_backward = {"softmax": torch.ops.aten._softmax_backward_data.default,
                      "log_softmax": torch.ops.aten._log_softmax_backward_data.default}
     liger = liger_softmax() if on_gpu else None
@@ -1528,10 +1570,9 @@ def run_softmax(args, device, reps):
                         for impl, ms in times.items():
                             record[f"{impl}_ms"] = ms
                             record[f"{impl}_gbps"] = gbps(nbytes, ms)
-                        record["floor_gbps"] = floor.record["gbps"]
                         record["speedup"] = times["torch"] / times["ours"]
-                        record["ours_pct_floor"] = 100 * record["ours_gbps"] / record["floor_gbps"]
-                        record["torch_pct_floor"] = 100 * record["torch_gbps"] / record["floor_gbps"]
+                        record["floor_bytes"] = floor_bytes(device, x.numel(), x.element_size(), largest)
+                        apply_softmax_floor(record, floor.rate(record["floor_bytes"]))
                     except Exception as error:  # reported, and the run goes on
                         record.update(failed=True, error=error_text(error))
                     records.append(record)
@@ -1540,7 +1581,18 @@ def run_softmax(args, device, reps):
                 del x, y, g
                 release(device)
     floor.measure()
+    print(f"copy floor of this run: {floor.describe(rounds=True)}", flush=True)
+    for record in records:
+        if "floor_bytes" in record:
+            apply_softmax_floor(record, floor.rate(record["floor_bytes"]))
     return records
+
+
+def apply_softmax_floor(record, rate):
+    """Sets a --softmax record's floor_gbps and each side's % of it from rate."""
+    record["floor_gbps"] = rate
+    record["ours_pct_floor"] = 100 * record["ours_gbps"] / rate
+    record["torch_pct_floor"] = 100 * record["torch_gbps"] / rate
 
 
 def softmax_line(r):
@@ -1560,7 +1612,7 @@ def softmax_line(r):
 
 
 def print_softmax(records):
-    print("\nSoftmax and log_softmax: ms (median), ours/torch speedup, % of the float32 copy floor")
+    print("\nSoftmax and log_softmax: ms (median), ours/torch speedup, % of the float32 copy floor (on the CPU, a copy of the cell's tensor bytes)")
     for r in records:
         print(softmax_line(r))
 

@@ -11,6 +11,7 @@ ACTIVATIONS_TEST_SEED to that number to replay it.
 import collections
 import copy
 import datetime
+import json
 import math
 import os
 import random
@@ -1511,6 +1512,31 @@ def test_bench_kernelbench_section_selects_the_problems_of_the_ops_named():
     assert bench.kernelbench_problems(["gelu", "relu", "silu"]) == ["relu", "swish", "gelu"]
     assert bench.kernelbench_problems(None) == list(activations.PROBLEMS)
 
+
+def test_bench_copy_floor_is_one_per_run_on_the_gpu_and_per_tensor_bytes_on_the_cpu(tmp_path):
+    """bench.py's % of copy: on the CPU each cell divides by the copy of its own tensor's bytes (the caches make a
+    copy's rate depend on its size), on the GPU every cell by one copy, the run's largest tensor in float32. A
+    small main table on the CPU, its --json checked: each cell's floor is the final rate of the copy of its bytes."""
+    import bench
+
+    cpu, cuda = torch.device("cpu"), torch.device("cuda")
+    assert bench.floor_bytes(cpu, 1000, 2, 4000) == 2000 and bench.floor_bytes(cpu, 4000, 8, 4000) == 32000
+    assert bench.floor_bytes(cuda, 1000, 2, 4000) == 16000 and bench.floor_bytes(cuda, 4000, 8, 4000) == 16000
+    out = tmp_path / "bench.json"
+    done = subprocess.run([sys.executable, os.path.join(HERE, "bench.py"), "--no-compile", "--ops", "relu,elu",
+                           "--dtypes", "float32,bfloat16,float64", "--directions", "forward,backward", "--sizes",
+                           "2^12,2^13", "--reps", "3", "--json", str(out)], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    records = json.loads(out.read_text())
+    floors = {r["bytes"]: r for r in records if r.get("kind") == "copy" and r.get("scope") == "run"}
+    assert sorted(floors) == sorted({n * size for n in (2**12, 2**13) for size in (2, 4, 8)})
+    cells = [r for r in records if r.get("kind") == "cell"]
+    assert len(cells) == 2 * 3 * 2 * 2
+    for cell in cells:
+        floor = floors[cell["numel"] * {"float32": 4, "bfloat16": 2, "float64": 8}[cell["dtype"]]]
+        assert cell["copy_bytes"] == floor["bytes"] and cell["copy_gbps"] == floor["gbps"] == max(floor["rounds_gbps"])
+        assert len(floor["rounds_gbps"]) == 1 + 2  # before the first row and after each of the two rows
+        assert cell["ours_pct_copy"] == pytest.approx(100 * cell["ours_gbps"] / floor["gbps"])
 
 @pytest.mark.parametrize("problem", PROBLEMS)
 def test_kernelbench_model_new_matches_model(problem):
