@@ -26,6 +26,23 @@ ACTIVATION_FN uint32_t bits_of(float f) {
   return bits;
 }
 
+// 1 / d rounded to nearest, for 1 <= d < 2^126 (NaN for NaN): the same bits as the division, on both devices. On
+// the GPU the division's own fast path written out, an approximate reciprocal (rcp.approx, within 1 ulp) and one
+// Newton step by fma: nvcc's division takes exactly these steps for every such d, and a range test, a branch to a
+// slow path and the branch's reconvergence besides (6 instructions of about 50 an element in the float32 GELU
+// forward, which ran at 86-88 % of the copy rate on the H200). On the CPU the division (vdivps; the CPU's
+// approximate reciprocal has 14 bits, too few for one step to round exactly).
+ACTIVATION_FN float reciprocal_at_least_one(float d) {
+#ifdef __CUDA_ARCH__
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+  return fmaf(r, fmaf(-d, r, 1.0f), r);
+#else
+  return 1.0f / d;
+#endif
+}
+ACTIVATION_FN double reciprocal_at_least_one(double d) { return 1.0 / d; }
+
 // x - k ln2 in float, with ln2 in two parts (Cody and Waite): k * 0.693359375 is exact for every k the float exp
 // and expm1 below use (|k| <= 150), so the result keeps x's low bits.
 ACTIVATION_FN float minus_k_ln2(float x, float k) { return fmaf(k, 2.12194440e-4f, fmaf(k, -0.693359375f, x)); }
@@ -135,7 +152,7 @@ ACTIVATION_FN NormalTail normal_tail(float x) {
   const float minus_half_a = -0.5f * a;
   const float hi = minus_half_a * a;
   const float e = exp_nonpositive_scaled(hi, fmaf(minus_half_a, a, -hi));
-  const float t = 1.0f / fmaf(a, 0.34375f, 1.0f);
+  const float t = reciprocal_at_least_one(fmaf(a, 0.34375f, 1.0f));
   return {e * (t * normal_tail_q(t)), e * (0.398942280401432677940f * kNormalTailScale)};
 }
 
@@ -565,10 +582,16 @@ ACTIVATION_FN double exp_for_16bit(double x) { return exp_of(x); }  // not used:
 // subnormal results kept), the instruction __expf takes after its multiplication by log2(e).
 ACTIVATION_FN float exp2_for_16bit(float x) { return exp2f(x); }
 
-// 1 / x for results rounded to float16 or bfloat16: __fdividef's one MUFU.RCP (error about 2 ulp of float) on the
-// GPU, without a division's Newton steps and slow path; 0 for |x| > 2^126, where every use here wants ~0 anyway.
+// 1 / x for results rounded to float16 or bfloat16, for x >= 1 (every use: 1 + e, 1 + c |x|, n + 2, e + 1) or NaN:
+// on the GPU one MUFU.RCP (rcp.approx, within 1 ulp of float), without a division's Newton steps and slow path;
+// 0 for x > 2^126, where every use here wants ~0 anyway. __fdividef(1.0f, x) gave the same bits for every such x
+// (tools/reciprocal_exhaustive.cu) but guarded x below 2^-126, which no use passes, with 4 more instructions.
 #ifdef __CUDA_ARCH__
-ACTIVATION_FN float reciprocal_for_16bit(float x) { return __fdividef(1.0f, x); }
+ACTIVATION_FN float reciprocal_for_16bit(float x) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
+  return r;
+}
 #else
 ACTIVATION_FN float reciprocal_for_16bit(float x) { return 1.0f / x; }
 #endif
@@ -670,7 +693,7 @@ struct SigmoidPair {
  private:
   // From e = exp(-|x|).
   ACTIVATION_FN void from_exp(T x, T e, bool fast) {
-    const T r = fast ? reciprocal_for_16bit(T(1) + e) : T(1) / (T(1) + e);
+    const T r = fast ? reciprocal_for_16bit(T(1) + e) : reciprocal_at_least_one(T(1) + e);  // e <= 1
     s = x < T(0) ? e * r : r;
     one_minus_s = x < T(0) ? r : e * r;
   }
@@ -1173,7 +1196,7 @@ struct Mish {
   }
   ACTIVATION_FN TanhSoftplus tanh_softplus(T x) const {
     const T n = numerator(x);
-    const T r = T(1) / (n + T(2));
+    const T r = reciprocal_at_least_one(n + T(2));  // n + 2 <= 2.4e17
     const T t = n * r;
     return {t, (T(2) * r) * (T(1) + t)};
   }
