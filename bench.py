@@ -41,7 +41,8 @@ each row, so the rounds are spread over the run as the cells are. On the GPU tha
 of the run's largest shape in float32 (a copy per dtype made 16-bit cells read 108-111 % of copy on the H100,
 where a float16 copy_ once ran at 2763 GB/s against 3034 GB/s for float32). On the CPU each cell divides by the
 copy of its own tensor's bytes: the caches hold a table's 16-bit tensors and not all of its float64 ones, so one
-number put float64 cells at 53-73 % and, on another host, 16-bit cells at 110-131 % (floor_bytes). Progress lines
+number put the float64 forwards of the piecewise-linear ops at 47-62 % and, on another host, 16-bit forwards at
+110-131 % (floor_bytes). Progress lines
 use the best so far, the tables and --json the final floors. Before a cell is timed, ours is checked against
 torch's result (torch.testing.assert_close); a cell that fails the check or raises is reported as an error and the
 run goes on, and the exit status is then 1.
@@ -401,9 +402,10 @@ class CopyFloor:
 
 def floor_bytes(device, numel, itemsize, largest_numel):
     """The size of the copy whose rate a cell's % of copy divides by (see CopyFloor). On the CPU the cell's own
-    tensor's: a 2-core Emerald Rapids VM copied 8-16 MiB float32 tensors at 47-55 GB/s, 32 MiB ones at 35-41 and
-    64 MiB or more at 22-26, so against one floor at 2^22 elements its float64 cells (32 MiB) read 53-73 %, and on
-    an Ice Lake VM, whose caches held less, 16-bit forwards (8 MiB) read 110-131 %. On the GPU every cell's
+    tensor's: a 2-core Emerald Rapids VM copied 8-16 MiB float32 tensors at 47-53 GB/s, 32 MiB ones at 35-41 and
+    64 MiB or more at 22-26, so against one floor at 2^22 elements (16 MiB) the float64 forwards of its
+    piecewise-linear ops (32 MiB), as fast as torch's, read 47-62 %, and on an Ice Lake VM, whose caches held less,
+    16-bit forwards (8 MiB) read 110-131 %. On the GPU every cell's
     tensors are far larger than its L2 cache: one floor, the run's largest tensor in float32 (a float16 copy_ ran
     at 2763 GB/s against 3034 GB/s for float32 on the H100, so a floor per dtype put 16-bit cells above 100 %)."""
     return numel * itemsize if device.type == "cpu" else 4 * largest_numel
