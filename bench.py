@@ -42,10 +42,9 @@ of the run's largest shape in float32 (a copy per dtype made 16-bit cells read 1
 where a float16 copy_ once ran at 2763 GB/s against 3034 GB/s for float32). On the CPU each cell divides by the
 copy of its own tensor's bytes: the caches hold a table's 16-bit tensors and not all of its float64 ones, so one
 number put the float64 forwards of the piecewise-linear ops at 47-62 % and, on another host, 16-bit forwards at
-110-131 % (floor_bytes). Progress lines
-use the best so far, the tables and --json the final floors. Before a cell is timed, ours is checked against
-torch's result (torch.testing.assert_close); a cell that fails the check or raises is reported as an error and the
-run goes on, and the exit status is then 1.
+110-131 % (floor_bytes). Progress lines use the best so far, the tables and --json the final floors. Before a
+cell is timed, ours is checked against torch's result (torch.testing.assert_close); a cell that fails the check or
+raises is reported as an error and the run goes on, and the exit status is then 1.
 
 --sweep times the forward (or --directions) over sizes (--sizes; default 2^10 ... 2^31 on the GPU, 2^10 ... 2^24 on
 the CPU) in float32 and bfloat16, ours against torch and the copy rate. Its "% copy" relates each size to a float32
