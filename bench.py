@@ -404,9 +404,9 @@ def floor_bytes(device, numel, itemsize, largest_numel):
     tensor's: a 2-core Emerald Rapids VM copied 8-16 MiB float32 tensors at 47-53 GB/s, 32 MiB ones at 35-41 and
     64 MiB or more at 22-26, so against one floor at 2^22 elements (16 MiB) the float64 forwards of its
     piecewise-linear ops (32 MiB), as fast as torch's, read 47-62 %, and on an Ice Lake VM, whose caches held less,
-    16-bit forwards (8 MiB) read 110-131 %. On the GPU every cell's
-    tensors are far larger than its L2 cache: one floor, the run's largest tensor in float32 (a float16 copy_ ran
-    at 2763 GB/s against 3034 GB/s for float32 on the H100, so a floor per dtype put 16-bit cells above 100 %)."""
+    16-bit forwards (8 MiB) read 110-131 %. On the GPU every cell's tensors are far larger than its L2 cache: one
+    floor, the run's largest tensor in float32 (a float16 copy_ ran at 2763 GB/s against 3034 GB/s for float32 on
+    the H100, so a floor per dtype put 16-bit cells above 100 %)."""
     return numel * itemsize if device.type == "cpu" else 4 * largest_numel
 
 
@@ -1613,7 +1613,8 @@ def softmax_line(r):
 
 
 def print_softmax(records):
-    print("\nSoftmax and log_softmax: ms (median), ours/torch speedup, % of the float32 copy floor (on the CPU, a copy of the cell's tensor bytes)")
+    print("\nSoftmax and log_softmax: ms (median), ours/torch speedup, % of the float32 copy floor (on the CPU, a copy "
+          "of the cell's tensor bytes)")
     for r in records:
         print(softmax_line(r))
 

@@ -1523,9 +1523,10 @@ def test_bench_copy_floor_is_one_per_run_on_the_gpu_and_per_tensor_bytes_on_the_
     assert bench.floor_bytes(cpu, 1000, 2, 4000) == 2000 and bench.floor_bytes(cpu, 4000, 8, 4000) == 32000
     assert bench.floor_bytes(cuda, 1000, 2, 4000) == 16000 and bench.floor_bytes(cuda, 4000, 8, 4000) == 16000
     out = tmp_path / "bench.json"
-    done = subprocess.run([sys.executable, os.path.join(HERE, "bench.py"), "--no-compile", "--ops", "relu,elu",
-                           "--dtypes", "float32,bfloat16,float64", "--directions", "forward,backward", "--sizes",
-                           "2^12,2^13", "--reps", "3", "--json", str(out)], cwd=tmp_path, capture_output=True, text=True)
+    command = [sys.executable, os.path.join(HERE, "bench.py"), "--no-compile", "--ops", "relu,elu", "--dtypes",
+               "float32,bfloat16,float64", "--directions", "forward,backward", "--sizes", "2^12,2^13", "--reps", "3",
+               "--json", str(out)]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     records = json.loads(out.read_text())
     floors = {r["bytes"]: r for r in records if r.get("kind") == "copy" and r.get("scope") == "run"}
