@@ -26,6 +26,15 @@ ACTIVATION_FN uint32_t bits_of(float f) {
   return bits;
 }
 
+#ifdef __CUDA_ARCH__
+// rcp.approx.ftz.f32, one MUFU.RCP: within 1 ulp of 1 / d for d of a normal reciprocal (0 past 2^126).
+__device__ __forceinline__ float approximate_reciprocal(float d) {
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+  return r;
+}
+#endif
+
 // 1 / d rounded to nearest, for 1 <= d < 2^126 (NaN for NaN): the same bits as the division, on both devices. On
 // the GPU the division's own fast path written out, an approximate reciprocal (rcp.approx, within 1 ulp) and one
 // Newton step by fma: nvcc's division takes exactly these steps for every such d, and a range test, a branch to a
@@ -35,8 +44,7 @@ ACTIVATION_FN uint32_t bits_of(float f) {
 // to round exactly). In double the division on both devices.
 ACTIVATION_FN float reciprocal_at_least_one(float d) {
 #ifdef __CUDA_ARCH__
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(d));
+  const float r = approximate_reciprocal(d);
   return fmaf(r, fmaf(-d, r, 1.0f), r);
 #else
   return 1.0f / d;
@@ -588,11 +596,7 @@ ACTIVATION_FN float exp2_for_16bit(float x) { return exp2f(x); }
 // 0 for x > 2^126, where every use here wants ~0 anyway. __fdividef(1.0f, x) gave the same bits for every such x
 // (tools/reciprocal_exhaustive.cu) but guarded x below 2^-126, which no use passes, with 4 more instructions.
 #ifdef __CUDA_ARCH__
-ACTIVATION_FN float reciprocal_for_16bit(float x) {
-  float r;
-  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
-}
+ACTIVATION_FN float reciprocal_for_16bit(float x) { return approximate_reciprocal(x); }
 #else
 ACTIVATION_FN float reciprocal_for_16bit(float x) { return 1.0f / x; }
 #endif
