@@ -587,6 +587,20 @@ ACTIVATION_FN float exp_for_16bit(float x) { return __expf(x); }
 ACTIVATION_FN float exp_for_16bit(float x) { return exp_of(x); }
 #endif
 ACTIVATION_FN double exp_for_16bit(double x) { return exp_of(x); }  // not used: a double result is not 16-bit
+// exp(x) for x <= 0, for results rounded to float16 or bfloat16 (a larger x gives exp(x) up to x = 71 and inf past
+// it; the callers select such values away): on the GPU one ex2.approx.ftz of x log2(e) + 24 and an exact product by
+// 2^-24, which keeps the results that are subnormal floats (bfloat16 has them too) without __expf's compare and two
+// predicated products around its ex2. The rounding of x log2(e) + 24 adds at most 2^-20.5 relative error.
+#ifdef __CUDA_ARCH__
+ACTIVATION_FN float exp_nonpositive_for_16bit(float x) {
+  float scaled;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(scaled) : "f"(fmaf(x, 1.44269504088896341f, 24.0f)));
+  return scaled * 5.9604644775390625e-8f;  // 2^-24
+}
+#else
+ACTIVATION_FN float exp_nonpositive_for_16bit(float x) { return exp_for_16bit(x); }
+#endif
+ACTIVATION_FN double exp_nonpositive_for_16bit(double x) { return exp_of(x); }  // not used, as above
 // 2^x for results rounded to float16 or bfloat16: on the GPU exp2f is one ex2.approx.f32 (relative error 2^-22,
 // subnormal results kept), the instruction __expf takes after its multiplication by log2(e).
 ACTIVATION_FN float exp2_for_16bit(float x) { return exp2f(x); }
@@ -687,7 +701,7 @@ struct SigmoidPair {
       return;
     }
 #endif
-    const T e_x = fast ? exp_for_16bit(-fabs(x)) : exp_nonpositive_of(-fabs(x));
+    const T e_x = fast ? exp_nonpositive_for_16bit(-fabs(x)) : exp_nonpositive_of(-fabs(x));
     from_exp(x, fma_of(e_x, x < T(0) ? lo : -lo, e_x), fast);
   }
 #ifndef __CUDA_ARCH__
@@ -880,7 +894,7 @@ struct Elu {
   ACTIVATION_FN T backward(T grad, T x) const {
     const bool negative_side = x <= T(0);
     if constexpr (k16BitResult) {
-      return negative_side ? grad * (negative.hi * exp_for_16bit(x)) : grad * positive.hi;
+      return negative_side ? grad * (negative.hi * exp_nonpositive_for_16bit(x)) : grad * positive.hi;
     }
     const T part_hi = negative_side ? negative.times_hi : positive.times_hi;
     const T part_lo = negative_side ? negative.times_lo : positive.times_lo;
@@ -1060,8 +1074,15 @@ struct Gelu {
   // (2u)' = 2 sqrt(2 / pi) (1 + 3 * 0.044715 x^2), for the tanh form. x is clamped to +-100, where s (1 - s)
   // that multiplies it is 0 already: past 1e19, x^2 would overflow and 0 * inf give NaN.
   ACTIVATION_FN T two_u_derivative(T x) const {
-    const T clamped = x < T(-100) ? T(-100) : (x > T(100) ? T(100) : x);
-    return T(2 * kSqrt2OverPi) * fma_of(T(3 * kCubic) * clamped, clamped, T(1));
+    if constexpr (k16BitResult && kCheap16BitMath) {
+      // The constants folded in, a rounding of float (2^-24) more, and the clamp as a minimum and a maximum: NaN
+      // becomes 100, and x, which multiplies this, carries the NaN into the result.
+      const T clamped = fmaxf(fminf(x, T(100)), T(-100));
+      return fma_of(T(2 * kSqrt2OverPi * 3 * kCubic) * clamped, clamped, T(2 * kSqrt2OverPi));
+    } else {
+      const T clamped = x < T(-100) ? T(-100) : (x > T(100) ? T(100) : x);
+      return T(2 * kSqrt2OverPi) * fma_of(T(3 * kCubic) * clamped, clamped, T(1));
+    }
   }
   // sigmoid(2u) and 1 - sigmoid(2u) for the tanh form, with 2u = 2 sqrt(2 / pi) (x + 0.044715 x^3) formed in two
   // parts: each product keeps its rounding error (Product), and the sum's is added back.
