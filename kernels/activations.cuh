@@ -587,7 +587,7 @@ ACTIVATION_FN float exp_for_16bit(float x) { return __expf(x); }
 ACTIVATION_FN float exp_for_16bit(float x) { return exp_of(x); }
 #endif
 ACTIVATION_FN double exp_for_16bit(double x) { return exp_of(x); }  // not used: a double result is not 16-bit
-// exp(x) for x <= 0, for results rounded to float16 or bfloat16 (a larger x gives exp(x) up to x = 71 and inf past
+// exp(x) for x <= 0, for results rounded to float16 or bfloat16 (a larger x gives exp(x) up to x = 72 and inf past
 // it; the callers select such values away): on the GPU one ex2.approx.ftz of x log2(e) + 24 and an exact product by
 // 2^-24, which keeps the results that are subnormal floats (bfloat16 has them too) without __expf's compare and two
 // predicated products around its ex2. The rounding of x log2(e) + 24 adds at most 2^-20.5 relative error.
