@@ -151,13 +151,17 @@ ACTIVATION_FN float normal_tail_q(float t) {
   q = fmaf(q, t, 1.375498027e-01f * kScale);
   return fmaf(q, t, 1.371193081e-01f * kScale);
 }
-ACTIVATION_FN NormalTail normal_tail(float x) {
-  // a = min(|x|, 14.47) by an integer minimum of the bits (a non-negative float's bits order as its values do): one
-  // instruction on the CPU, where a float compare and select took two. -a^2 / 2 = hi + lo from -a / 2 (exact): the
-  // same bits as halving a^2 and its rounding error, one multiplication fewer (tools/cpu_gelu_loop.cpp compares the
-  // two forms over every float input, and times them).
+// min(|x|, 14.47), GELU's |x| for its normal tail (at 14.47 the tail's exponential is 0), by an integer minimum of
+// the bits (a non-negative float's bits order as its values do): one instruction on the CPU, where a float compare
+// and select took two. NaN gives 14.47 too; x itself carries the NaN into the result.
+ACTIVATION_FN float tail_magnitude(float x) {
   const uint32_t magnitude = bits_of(x) & 0x7fffffffu, largest = 0x4167851fu;  // 14.47f
-  const float a = float_from_bits(magnitude < largest ? magnitude : largest);
+  return float_from_bits(magnitude < largest ? magnitude : largest);
+}
+ACTIVATION_FN NormalTail normal_tail(float x) {
+  // -a^2 / 2 = hi + lo from -a / 2 (exact): the same bits as halving a^2 and its rounding error, one multiplication
+  // fewer (tools/cpu_gelu_loop.cpp compares the two forms over every float input, and times them).
+  const float a = tail_magnitude(x);
   const float minus_half_a = -0.5f * a;
   const float hi = minus_half_a * a;
   const float e = exp_nonpositive_scaled(hi, fmaf(minus_half_a, a, -hi));
@@ -1045,10 +1049,7 @@ struct Gelu {
   // these (torch's, with its less accurate erf: 0.21-0.22), 0.21 once bfloat16 was rounded by instruction
   // (store_bfloat16s in cpu_kernels.cpp), and 0.19 with a's clamp an integer minimum.
   static Normal normal_16bit_on_cpu(float x) {
-    // a = min(|x|, 14.47) by an integer minimum of the bits (one instruction where a float compare and select took
-    // two; a non-negative float's bits order as the values do). NaN takes 14.47 too; x carries it into the result.
-    const uint32_t magnitude = host_float::bits_of(x) & 0x7fffffffu, largest = 0x4167851fu;  // 14.47f
-    const float a = float_from_bits(magnitude < largest ? magnitude : largest);
+    const float a = float_math::tail_magnitude(x);
     const float e = host_float::exp2_scaled_for_16bit(a * a, float(-0.5 * kLog2e));
     const float t = 1.0f / fmaf(a, 0.375f, 1.0f);
     constexpr float kScale = 7.88860905221011805e-31f;  // 2^-100
