@@ -346,12 +346,17 @@ def as_bits(t):
     return t.contiguous().view({2: torch.int16, 4: torch.int32, 8: torch.int64}[t.element_size()]).cpu()
 
 
-def assert_same_bits(ours_, theirs_, x, what):
-    differ = (as_bits(ours_) != as_bits(theirs_)).nonzero().flatten()
+def assert_same_bits(ours_, theirs_, x, what, theirs="torch", nans_alike=False):
+    """ours_ and theirs_ bit for bit; with nans_alike, any NaN matches any NaN (a GPU's NaN is canonical, the CPU's
+    keeps its input's payload)."""
+    differ = as_bits(ours_) != as_bits(theirs_)
+    if nans_alike:
+        differ &= ~(ours_.isnan() & theirs_.isnan()).cpu()
+    differ = differ.nonzero().flatten()
     assert differ.numel() == 0, (
-        f"{what}: {differ.numel()} elements differ from torch, first at {differ[0].item()}: input "
+        f"{what}: {differ.numel()} elements differ from {theirs}, first at {differ[0].item()}: input "
         f"{x.flatten()[differ[0]].item()!r}, ours {ours_.flatten()[differ[0]].item()!r}, "
-        f"torch's {theirs_.flatten()[differ[0]].item()!r}"
+        f"{theirs}'s {theirs_.flatten()[differ[0]].item()!r}"
     )
 
 
@@ -547,10 +552,7 @@ def test_cuda_float32_gelu_gives_the_cpus_bits():
         y = activations.gelu(on_device)
         results.append((y.detach().cpu(), torch.autograd.grad(y, on_device, grad.to(device))[0].cpu()))
     for what, on_cpu, on_gpu in zip(("forward", "backward"), *results):
-        differ = ((as_bits(on_cpu) != as_bits(on_gpu)) & ~(on_cpu.isnan() & on_gpu.isnan())).nonzero().flatten()
-        assert differ.numel() == 0, (f"{what} (seed {seed}): {differ.numel()} results differ, first at x = "
-                                     f"{x[differ[0]].item()!r}: CPU {on_cpu[differ[0]].item()!r}, "
-                                     f"GPU {on_gpu[differ[0]].item()!r}")
+        assert_same_bits(on_gpu, on_cpu, x, f"{what} (seed {seed})", theirs="the CPU", nans_alike=True)
 
 
 @pytest.mark.parametrize("device", DEVICES)
