@@ -4,10 +4,10 @@
 // cuda_<Functor>.cu, one line each), so that nvcc compiles them side by side; cuda_kernels.cu dispatches to them.
 //
 // Memory layout: every buffer is dense and walked in memory order, so element i of one operand pairs with
-// element i of the others. Each thread handles one 16-byte vector (4 float, 8 half/bfloat16, 2 double) when all
-// pointers are 16-byte aligned, else one element; the last thread finishes a partial vector element by element.
-// One vector per thread over a full grid ran at the copy rate on the H100; grid-stride loops ran 6-12 % slower
-// (DESIGN.md). Indices are 64-bit throughout.
+// element i of the others. Each thread handles 16-byte vectors (4 float, 8 half/bfloat16, 2 double) when all
+// pointers are 16-byte aligned, else single elements: one in the mask kernels, two in the elementwise kernel
+// (kElementwisePacks); the grid's last block finishes partial vectors element by element. A full grid ran at the
+// copy rate on the H100; grid-stride loops ran 6-12 % slower (DESIGN.md). Indices are 64-bit throughout.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -22,7 +22,9 @@
 namespace activations {
 namespace cuda_detail {
 
-constexpr int kThreadsPerBlock = 256;
+// 128 threads a block: with two vectors a thread (kElementwisePacks), 256 held every float32 forward on the H200 to
+// 96-97 % of the copy rate, 128 let them reach 98-100 %. The mask kernels ran alike with either.
+constexpr int kThreadsPerBlock = 128;
 constexpr int kWarpSize = 32;
 
 // Storage type S -> compute type, with the widening load and the rounding store; k16Bit: results are rounded
@@ -96,8 +98,10 @@ __device__ __forceinline__ int64_t first_element() {
   return (static_cast<int64_t>(blockIdx.x) * kThreadsPerBlock + threadIdx.x) * kVec;
 }
 
-// out[i] = op(in_0[i], ...) for 1 to 3 inputs, computed in the compute type and rounded once on store.
-template <int kVec, class S, class Op, int kInputs>
+// out[i] = op(in_0[i], ...) for 1 to 3 inputs, computed in the compute type and rounded once on store. Each
+// thread takes kPacks vectors, kThreadsPerBlock vectors apart (each load instruction coalesced across the warp), and
+// issues all their loads before it computes.
+template <int kVec, class S, class Op, int kInputs, int kPacks = 1>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     elementwise_kernel(int64_t n, Op op, S* __restrict__ out, const S* __restrict__ a, const S* __restrict__ b,
                        const S* __restrict__ c) {
@@ -107,19 +111,32 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     if constexpr (kInputs == 2) return St::store(op(St::load(va), St::load(vb)));
     if constexpr (kInputs == 3) return St::store(op(St::load(va), St::load(vb), St::load(vc)));
   };
-  const int64_t first = first_element<kVec>();
-  if (first + kVec <= n) {
-    const Pack<S, kVec> pa = load_pack<S, kVec>(a + first);
-    Pack<S, kVec> pb = pa, pc = pa;
-    if constexpr (kInputs >= 2) pb = load_pack<S, kVec>(b + first);
-    if constexpr (kInputs >= 3) pc = load_pack<S, kVec>(c + first);
-    Pack<S, kVec> result;
+  const int64_t block_first = static_cast<int64_t>(blockIdx.x) * kThreadsPerBlock * kVec * kPacks;
+  const int64_t thread_first = block_first + static_cast<int64_t>(threadIdx.x) * kVec;
+  constexpr int64_t kPackStride = static_cast<int64_t>(kThreadsPerBlock) * kVec;
+  if (block_first + int64_t(kThreadsPerBlock) * kVec * kPacks <= n) {
+    Pack<S, kVec> pa[kPacks], pb[kPacks], pc[kPacks];
 #pragma unroll
-    for (int k = 0; k < kVec; ++k) result.v[k] = apply(pa.v[k], pb.v[k], pc.v[k]);
-    store_pack<S, kVec>(out + first, result);
+    for (int p = 0; p < kPacks; ++p) {
+      pa[p] = load_pack<S, kVec>(a + thread_first + p * kPackStride);
+      pb[p] = pc[p] = pa[p];
+      if constexpr (kInputs >= 2) pb[p] = load_pack<S, kVec>(b + thread_first + p * kPackStride);
+      if constexpr (kInputs >= 3) pc[p] = load_pack<S, kVec>(c + thread_first + p * kPackStride);
+    }
+#pragma unroll
+    for (int p = 0; p < kPacks; ++p) {
+      Pack<S, kVec> result;
+#pragma unroll
+      for (int k = 0; k < kVec; ++k) result.v[k] = apply(pa[p].v[k], pb[p].v[k], pc[p].v[k]);
+      store_pack<S, kVec>(out + thread_first + p * kPackStride, result);
+    }
   } else {
-    for (int64_t i = first; i < n; ++i) {
-      out[i] = apply(a[i], kInputs >= 2 ? b[i] : a[i], kInputs >= 3 ? c[i] : a[i]);
+    // The grid's last block: each of its vectors whole where it fits, element by element where it does not.
+    for (int p = 0; p < kPacks; ++p) {
+      const int64_t first = thread_first + p * kPackStride;
+      for (int64_t i = first; i < first + kVec && i < n; ++i) {
+        out[i] = apply(a[i], kInputs >= 2 ? b[i] : a[i], kInputs >= 3 ? c[i] : a[i]);
+      }
     }
   }
 }
@@ -185,12 +202,14 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
   }
 }
 
-// Launches kernel<kVec> with kVec = the 16-byte width when all pointers allow it, else 1.
-template <class S, class Launch>
+// Launches kernel<kVec> with kVec = the 16-byte width when all pointers allow it, else 1; each thread takes
+// kPacks vectors.
+template <class S, int kPacks = 1, class Launch>
 const char* launch(int64_t n, bool all_aligned, Launch&& kernel_for_width) {
   constexpr int kWide = 16 / sizeof(S);
   const int vec = all_aligned ? kWide : 1;
-  const int64_t blocks = ((n + vec - 1) / vec + kThreadsPerBlock - 1) / kThreadsPerBlock;
+  const int64_t per_block = int64_t(kThreadsPerBlock) * vec * kPacks;
+  const int64_t blocks = (n + per_block - 1) / per_block;
   if (blocks > 0x7fffffff) return "tensor too large for one launch";
   if (all_aligned) {
     kernel_for_width(std::integral_constant<int, kWide>{}, static_cast<unsigned>(blocks));
@@ -201,6 +220,15 @@ const char* launch(int64_t n, bool all_aligned, Launch&& kernel_for_width) {
   return err == cudaSuccess ? nullptr : cudaGetErrorString(err);
 }
 
+// Vectors a thread of elementwise_kernel takes. With one, the kernels with the most arithmetic fell below the copy
+// rate on the H200 (4.3 TB/s, an H100's instruction rate). With two loads in flight before the math, the two builds
+// alternating on the H200 (best of two rounds, 2^30.6 elements): float32 GELU forward 3.20 -> 3.04 ms, its tanh
+// form 3.37 -> 3.16 forward and 4.65 -> 4.41 backward, softplus forward 3.35 -> 3.12, bfloat16 GELU forward 1.67 ->
+// 1.51, bfloat16 mish forward 1.71 -> 1.62; the float32 sigmoid forward, at the copy rate either way, 3.00 -> 3.02,
+// backwards within 0.3 %. Tried too: four a thread, at 64 threads a block, took the tanh form's forward to 3.02 ms
+// but the others 0-1 % slower and the mask kernels 20 % (at 128 threads: no faster than two); the two vectors side
+// by side in memory instead of a block apart, 10-35 % slower.
+constexpr int kElementwisePacks = 2;
 
 // out = op(a, b, c) elementwise (b, c: only the first kInputs are read). Scalar accesses only with kVectors
 // false: the double backward is not worth its wide instantiations in build time.
@@ -209,9 +237,10 @@ const char* launch_elementwise(int64_t n, Op op, void* out, const void* a, const
                                void* stream) {
   const bool all_aligned = kVectors && aligned16(out) && aligned16(a) && (kInputs < 2 || aligned16(b)) &&
                            (kInputs < 3 || aligned16(c));
-  return launch<S>(n, all_aligned, [&](auto vec, unsigned blocks) {
+  constexpr int kPacks = kVectors ? kElementwisePacks : 1;
+  return launch<S, kPacks>(n, all_aligned, [&](auto vec, unsigned blocks) {
     if constexpr (kVectors || decltype(vec)::value == 1) {
-      elementwise_kernel<decltype(vec)::value, S, Op, kInputs><<<blocks, kThreadsPerBlock, 0, (cudaStream_t)stream>>>(
+      elementwise_kernel<decltype(vec)::value, S, Op, kInputs, kPacks><<<blocks, kThreadsPerBlock, 0, (cudaStream_t)stream>>>(
           n, op, static_cast<S*>(out), static_cast<const S*>(a), static_cast<const S*>(b), static_cast<const S*>(c));
     }
   });
