@@ -225,9 +225,9 @@ const char* launch(int64_t n, bool all_aligned, Launch&& kernel_for_width) {
 // alternating on the H200 (best of two rounds, 2^30.6 elements): float32 GELU forward 3.20 -> 3.04 ms, its tanh
 // form 3.37 -> 3.16 forward and 4.65 -> 4.41 backward, softplus forward 3.35 -> 3.12, bfloat16 GELU forward 1.67 ->
 // 1.51, bfloat16 mish forward 1.71 -> 1.62; the float32 sigmoid forward, at the copy rate either way, 3.00 -> 3.02,
-// backwards within 0.3 %. Tried too: four a thread, at 64 threads a block, took the tanh form's forward to 3.02 ms
-// but the others 0-1 % slower and the mask kernels 20 % (at 128 threads: no faster than two); the two vectors side
-// by side in memory instead of a block apart, 10-35 % slower.
+// backwards within 0.3 %. Tried too: four a thread, at 64 threads a block, took the tanh form's and softplus'
+// forwards to 3.02 ms but other cells up to 1.4 % slower and the mask kernels 20 % (at 128 threads: no faster than
+// two); the two vectors side by side in memory instead of a block apart, 10-35 % slower.
 constexpr int kElementwisePacks = 2;
 
 // out = op(a, b, c) elementwise (b, c: only the first kInputs are read). Scalar accesses only with kVectors
