@@ -6,8 +6,8 @@
 // Memory layout: every buffer is dense and walked in memory order, so element i of one operand pairs with
 // element i of the others. Each thread handles 16-byte vectors (4 float, 8 half/bfloat16, 2 double) when all
 // pointers are 16-byte aligned, else single elements: one in the mask kernels, two in the elementwise kernel
-// (kElementwisePacks); the grid's last block finishes partial vectors element by element. A full grid ran at the
-// copy rate on the H100; grid-stride loops ran 6-12 % slower (DESIGN.md). Indices are 64-bit throughout.
+// (kElementwisePacks); the grid's last block goes element by element. A full grid ran at the copy rate on the
+// H100; grid-stride loops ran 6-12 % slower (DESIGN.md). Indices are 64-bit throughout.
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
@@ -101,7 +101,7 @@ __device__ __forceinline__ int64_t first_element() {
 // out[i] = op(in_0[i], ...) for 1 to 3 inputs, computed in the compute type and rounded once on store. Each
 // thread takes kPacks vectors, kThreadsPerBlock vectors apart (each load instruction coalesced across the warp), and
 // issues all their loads before it computes.
-template <int kVec, class S, class Op, int kInputs, int kPacks = 1>
+template <int kVec, class S, class Op, int kInputs, int kPacks>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     elementwise_kernel(int64_t n, Op op, S* __restrict__ out, const S* __restrict__ a, const S* __restrict__ b,
                        const S* __restrict__ c) {
@@ -111,10 +111,10 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     if constexpr (kInputs == 2) return St::store(op(St::load(va), St::load(vb)));
     if constexpr (kInputs == 3) return St::store(op(St::load(va), St::load(vb), St::load(vc)));
   };
-  const int64_t block_first = static_cast<int64_t>(blockIdx.x) * kThreadsPerBlock * kVec * kPacks;
+  constexpr int64_t kPackStride = static_cast<int64_t>(kThreadsPerBlock) * kVec;  // between a thread's vectors
+  const int64_t block_first = static_cast<int64_t>(blockIdx.x) * kPackStride * kPacks;
   const int64_t thread_first = block_first + static_cast<int64_t>(threadIdx.x) * kVec;
-  constexpr int64_t kPackStride = static_cast<int64_t>(kThreadsPerBlock) * kVec;
-  if (block_first + int64_t(kThreadsPerBlock) * kVec * kPacks <= n) {
+  if (block_first + kPackStride * kPacks <= n) {
     Pack<S, kVec> pa[kPacks], pb[kPacks], pc[kPacks];
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
@@ -131,7 +131,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
       store_pack<S, kVec>(out + thread_first + p * kPackStride, result);
     }
   } else {
-    // The grid's last block: each of its vectors whole where it fits, element by element where it does not.
+    // The grid's last block, which may end inside a vector: element by element.
     for (int p = 0; p < kPacks; ++p) {
       const int64_t first = thread_first + p * kPackStride;
       for (int64_t i = first; i < first + kVec && i < n; ++i) {
