@@ -1565,6 +1565,7 @@ def test_bench_copy_floor_is_one_per_run_on_the_gpu_and_per_tensor_bytes_on_the_
         assert len(floor["rounds_gbps"]) == 1 + 2  # before the first row and after each of the two rows
         assert cell["ours_pct_copy"] == pytest.approx(100 * cell["ours_gbps"] / floor["gbps"])
 
+
 @pytest.mark.parametrize("problem", PROBLEMS)
 def test_kernelbench_model_new_matches_model(problem):
     kb = activations.kernelbench(problem)
