@@ -108,10 +108,11 @@ ACTIVATION_FN float expm1_tail(float r) {
                   0.166666671633720397949219f), r, 0.5f);
 }
 
-// 2^24 exp(hi + lo) for GELU, with hi in [-104.7, 0] and |lo| at most half an ulp of hi (a value held in two
-// parts): the method of host_float::exp (the CPU's exp) without its clamps and NaN select, which this use needs
-// not. The factor 2^24 keeps the result a normal float down to exp(-104.3), so that the products that scale it back
-// into the subnormals round once; at hi = -104.69 (and below -104.32) 2^k's exponent field is 0 and the result is 0.
+// 2^24 exp(hi + lo), with hi in [-104.7, 0] and |lo| at most half an ulp of hi (a value held in two parts), for
+// sigmoid's exponential and softmax's: the method of host_float::exp (the CPU's exp) without its clamps and NaN
+// select, which these uses need not. The factor 2^24 keeps the result a normal float down to exp(-104.3), so that
+// the products that scale it back into the subnormals round once; at hi = -104.69 (and below -104.32) 2^k's
+// exponent field is 0 and the result is 0.
 ACTIVATION_FN float exp_nonpositive_scaled(float hi, float lo) {
   const float rounder = 12583063.0f;  // 1.5 * 2^23 + 127 + 24: the sum's low mantissa bits hold k + 151
   const float shifted = fmaf(hi, 1.44269504088896341f, rounder);
@@ -121,20 +122,46 @@ ACTIVATION_FN float exp_nonpositive_scaled(float hi, float lo) {
   return fmaf(two_to_k, fmaf(r * r, expm1_tail(r), r), two_to_k);
 }
 
+// 2^24 exp(-a^2 / 2) for a in [0, 14.47], GELU's exponential: exp_nonpositive_scaled's method, with the reduction
+// written for this argument so that a^2 is never rounded (exp would magnify its rounding a^2 / 2, up to 105, times).
+// k = round(-a^2 log2(e) / 2) from a plain product (near a half it may round either way), and u = a^2 + 2 k ln2 =
+// -2r in [-0.7, 0.7] from the exact a^2 inside one fma, with 2 ln2 in two parts as in minus_k_ln2 (k times the
+// first is exact); e^(-u / 2) = 1 + u q(u), q a degree-5 minimax fit with its first coefficient -1/2 exact
+// (relative error 2^-27.6 with the coefficients rounded to float). 13 vector instructions and the shift that makes
+// 2^k, where -a^2 / 2 in two parts and exp_nonpositive_scaled took 16: the float32 GELU forward loop issues 33
+// instructions a vector of 16 where it issued 36, and takes a median 0.93x of its time on the 2-core Emerald Rapids
+// host (nine rounds in turn, 0.86-0.99x but one; tools/cpu_gelu_loop.cpp); on the H200 its vector path is 324 SASS
+// instructions where it was 337, at the same speed within 0.5 %. Within 1.26 ulp over every float a where the result is normal (exp_nonpositive_scaled with
+// -a^2 / 2 in two parts: 1.14); GELU's largest errors are where they were. At a = 14.47 k is -151 and 2^k's exponent
+// field, k + 151, is 0: the result is 0, as it is from a = 14.44 on.
+ACTIVATION_FN float half_square_exp_scaled(float a) {
+  const float rounder = 12583063.0f;  // 1.5 * 2^23 + 127 + 24: the sum's low mantissa bits hold k + 151
+  const float shifted = fmaf(a * -0.721347520444481703680f, a, rounder);  // -log2(e) / 2
+  const float k = shifted - rounder;
+  const float u = fmaf(k, -4.24388880e-4f, fmaf(a, a, k * 1.38671875f));  // 2 ln2 = 1.38671875 - 4.24388880e-4
+  float q = fmaf(2.158306415e-05f, u, -2.615440753e-04f);
+  q = fmaf(q, u, 2.604278503e-03f);
+  q = fmaf(q, u, -2.083314396e-02f);
+  q = fmaf(q, u, 1.249999851e-01f);
+  q = fmaf(q, u, -0.5f);
+  const float two_to_k = float_from_bits(bits_of(shifted) << 23);
+  return fmaf(two_to_k, u * q, two_to_k);
+}
+
 // Phi(-|x|) (the normal distribution's tail) and phi(x) (its density) for the float GELU, in one exponential:
 // Phi(-a) = exp(-a^2 / 2) t Q(t) with t = 1 / (1 + 0.34375 a), Q a degree-8 polynomial fitted to
 // Phi(-a) exp(a^2 / 2) / t = erfcx(a / sqrt(2)) / (2 t) on a in [0, 14] (relative error 2.4e-8; t maps it into
 // [0.17, 1], where Q is smooth), and phi(x) = exp(-a^2 / 2) / sqrt(2 pi) from the same exponential. Q's
-// coefficients and 1 / sqrt(2 pi) carry the 2^-24 that undoes exp_nonpositive_scaled's 2^24 (exact: powers of
-// two). a^2 is held in two parts (the exponential would magnify its rounding a^2 / 2, up to 105, times). a is
-// clamped to 14.47, where the exponential is 0 (from 14 on, Q is used a little past its fit, for results below
-// 2^-143: Phi(-14) is 7.8e-45); NaN takes 14.47 too, and x itself carries it into the result.
+// coefficients and 1 / sqrt(2 pi) carry the 2^-24 that undoes half_square_exp_scaled's 2^24 (exact: powers of
+// two). a is clamped to 14.47, where the exponential is 0 (from 14 on, Q is used a little past its fit, for results
+// below 2^-143: Phi(-14) is 7.8e-45); NaN takes 14.47 too, and x itself carries it into the result.
 // Against the form the GPU used before (Numerical Recipes' erfcc: two exponentials and a degree-9 polynomial in
 // series) the float32 GELU forward took 0.4x of the time on the 2-core x86-64 machine (one thread: 2.3-2.7 ns an
 // element, now 0.95-1.0): the loop was bound by the latency of its longest chain of dependent instructions, which
-// this halves. Measured over every 101st float against long double: forward <= 6.0 ulp, backward <= 5.7 (the
-// erfcc form: 6.8 and 7.0). Both devices compute it: every step is an explicit fma or a single operation (no
-// product that nvcc could contract), and the division is IEEE on both, so a float GELU has the same bits on each.
+// this halves. Over every float input (tools/ulp_sweep.py on the GPU, whose bits are the CPU's): forward <= 6.50
+// ulp, backward <= 7.43 (the erfcc form: 8.70 and 9.43). Both devices compute it: every step is an explicit fma or a
+// single operation (no product that nvcc could contract), and the division is IEEE on both, so a float GELU has the
+// same bits on each.
 struct NormalTail {
   float tail, pdf;
 };
@@ -159,12 +186,8 @@ ACTIVATION_FN float tail_magnitude(float x) {
   return float_from_bits(magnitude < largest ? magnitude : largest);
 }
 ACTIVATION_FN NormalTail normal_tail(float x) {
-  // -a^2 / 2 = hi + lo from -a / 2 (exact): the same bits as halving a^2 and its rounding error, one multiplication
-  // fewer (tools/cpu_gelu_loop.cpp compares the two forms over every float input, and times them).
   const float a = tail_magnitude(x);
-  const float minus_half_a = -0.5f * a;
-  const float hi = minus_half_a * a;
-  const float e = exp_nonpositive_scaled(hi, fmaf(minus_half_a, a, -hi));
+  const float e = half_square_exp_scaled(a);
   const float t = reciprocal_at_least_one(fmaf(a, 0.34375f, 1.0f));
   return {e * (t * normal_tail_q(t)), e * (0.398942280401432677940f * kNormalTailScale)};
 }
