@@ -125,15 +125,15 @@ ACTIVATION_FN float exp_nonpositive_scaled(float hi, float lo) {
 // 2^24 exp(-a^2 / 2) for a in [0, 14.47], GELU's exponential: exp_nonpositive_scaled's method, with the reduction
 // written for this argument so that a^2 is never rounded (exp would magnify its rounding a^2 / 2, up to 105, times).
 // k = round(-a^2 log2(e) / 2) from a plain product (near a half it may round either way), and u = a^2 + 2 k ln2 =
-// -2r in [-0.7, 0.7] from the exact a^2 inside one fma, with 2 ln2 in two parts as in minus_k_ln2 (k times the
-// first is exact); e^(-u / 2) = 1 + u q(u), q a degree-5 minimax fit with its first coefficient -1/2 exact
-// (relative error 2^-27.6 with the coefficients rounded to float). 13 vector instructions and the shift that makes
-// 2^k, where -a^2 / 2 in two parts and exp_nonpositive_scaled took 16: the float32 GELU forward loop issues 33
-// instructions a vector of 16 where it issued 36, and takes a median 0.93x of its time on the 2-core Emerald Rapids
-// host (nine rounds in turn, 0.86-0.99x but one; tools/cpu_gelu_loop.cpp); on the H200 its vector path is 324 SASS
-// instructions where it was 337, at the same speed within 0.5 %. Within 1.26 ulp over every float a where the result is normal (exp_nonpositive_scaled with
-// -a^2 / 2 in two parts: 1.14); GELU's largest errors are where they were. At a = 14.47 k is -151 and 2^k's exponent
-// field, k + 151, is 0: the result is 0, as it is from a = 14.44 on.
+// -2r in [-0.7, 0.7] from the exact a^2 inside one fma, with 2 ln2 in two parts as in minus_k_ln2 (k times the first is
+// exact); e^(-u / 2) = 1 + u q(u), q a degree-5 minimax fit with its first coefficient -1/2 exact (relative error
+// 2^-27.6 with the coefficients rounded to float). 13 vector instructions and the shift that makes 2^k, where -a^2 / 2
+// in two parts and exp_nonpositive_scaled took 16: the float32 GELU forward loop has 31 vector instructions for 16
+// elements where it had 34 (33 and 36 issue slots, the division taking 3), and takes a median 0.93x of its time on the
+// 2-core Emerald Rapids host (nine rounds in turn, 0.86-0.99x but one; tools/cpu_gelu_loop.cpp); on the H200 its vector
+// path is 324 SASS instructions where it was 337, at the same speed within 0.5 %. Within 1.26 ulp over every float a
+// where the result is normal (exp_nonpositive_scaled with -a^2 / 2 in two parts: 1.14); GELU's largest errors are where
+// they were. From a = 14.44 on the result is 0: at 14.47 k is -151 and 2^k's exponent field, k + 151, is 0.
 ACTIVATION_FN float half_square_exp_scaled(float a) {
   const float rounder = 12583063.0f;  // 1.5 * 2^23 + 127 + 24: the sum's low mantissa bits hold k + 151
   const float shifted = fmaf(a * -0.721347520444481703680f, a, rounder);  // -log2(e) / 2
