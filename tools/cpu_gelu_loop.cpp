@@ -1,7 +1,7 @@
 // The float32 GELU forward loop alone, one thread, in cache: float_math::normal_tail (kernels/activations.cuh)
 // against its form before its exponential became half_square_exp_scaled (-a^2 / 2 in two parts, then
 // exp_nonpositive_scaled), in turn; then both forms' largest error in ulps over every STRIDE-th float32 input
-// (default 1: all 2^32, about 5 minutes a form) against x erfc(-x / sqrt(2)) / 2 in long double, counted as
+// (default 1: all 2^32, about 10 minutes a form) against x erfc(-x / sqrt(2)) / 2 in long double, counted as
 // test_activations.py counts GELU's (at max(|exact|, 2^-100)), and the exponentials' own over every a in
 // [0, 14.47] where the result is normal.
 //
