@@ -1146,7 +1146,8 @@ struct Gelu {
       const T clamped = clamp_100(x);
       const Product<T> square(clamped, clamped);
       const T scaled = cubic.hi * square.hi;  // c3 x^2
-      const T scaled_lo = fma_of(cubic.hi, square.lo, fma_of(cubic.lo, square.hi, fma_of(cubic.hi, square.hi, -scaled)));
+      const T scaled_lo =
+          fma_of(cubic.hi, square.lo, fma_of(cubic.lo, square.hi, fma_of(cubic.hi, square.hi, -scaled)));
       const T sum = linear.hi + scaled;
       const T larger = larger_of(scaled, linear.hi), smaller = smaller_of(scaled, linear.hi);
       const T sum_lo = ((larger - sum) + smaller) + (scaled_lo + linear.lo);
