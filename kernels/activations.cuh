@@ -293,21 +293,24 @@ inline float log1p(float u) {
 struct SigmoidParts {
   float s, one_minus_s;
 };
-// The pair from scaled = e / unscale, e = exp(-|x|) (unscale a power of two): r = 1 / (1 + e) and e r, the scale
-// taken out after the product.
-inline SigmoidParts sigmoid_parts_from_scaled(float x, float scaled, float unscale) {
+// The pair from scaled = e / unscale, e = exp(-|x|) (unscale a power of two) and whether x < 0: r = 1 / (1 + e)
+// and e r, the scale taken out after the product.
+inline SigmoidParts sigmoid_parts_from_scaled(bool negative, float scaled, float unscale) {
   const float r = 1.0f / fmaf(scaled, unscale, 1.0f);
   const float small = (scaled * r) * unscale;
-  return {x < 0.0f ? small : r, x < 0.0f ? r : small};
+  return {negative ? small : r, negative ? r : small};
 }
-inline SigmoidParts sigmoid_parts(float x, float lo) {
-  const float magnitude = fabsf(x);
+// Of z = -+(magnitude + magnitude_lo), its sign given apart (negative), magnitude >= 0 or NaN. Where magnitude is
+// clamped, magnitude_lo is dropped: -0.0 in its place, so that a magnitude_lo of 0 (sigmoid_parts) adds -0.0 in
+// both cases, which the compiler drops (r + -0.0 is r), where the select of 0.0 and -0.0 took four instructions.
+inline SigmoidParts sigmoid_parts_of_magnitude(bool negative, float magnitude, float magnitude_lo) {
   const bool clamped = magnitude > 104.0f;
   const float a = clamped ? 104.0f : magnitude;  // NaN stays NaN
-  const float minus_a_lo = clamped ? 0.0f : (x < 0.0f ? lo : -lo);
-  const float scaled = float_math::exp_nonpositive_scaled(-a, minus_a_lo);  // 2^24 exp(-|x + lo|)
-  return sigmoid_parts_from_scaled(x, scaled, 1.0f / 16777216);              // 2^-24
+  const float scaled = float_math::exp_nonpositive_scaled(-a, clamped ? -0.0f : -magnitude_lo);  // 2^24 exp(-|z|)
+  return sigmoid_parts_from_scaled(negative, scaled, 1.0f / 16777216);                            // 2^-24
 }
+// Of x held exactly.
+inline SigmoidParts sigmoid_parts(float x) { return sigmoid_parts_of_magnitude(x < 0.0f, fabsf(x), 0.0f); }
 
 // 2^(u v + 100) for u v in [-226, 28], for results rounded to float16 or bfloat16 (relative error 2^-13.7): the
 // 16-bit GELU's exponential, whose 2^-100 its other factors carry, as exp_nonpositive_scaled's 2^24, so that a
@@ -337,7 +340,7 @@ inline SigmoidParts sigmoid_parts_for_16bit(float x) {
   const float magnitude = fabsf(x);
   const float a = 150.0f < magnitude ? 150.0f : magnitude;
   const float scaled = exp2_scaled_for_16bit(a, -1.44269504088896341f);  // 2^100 exp(-|x|)
-  return sigmoid_parts_from_scaled(x, scaled, 7.88860905221011805e-31f);   // 2^-100
+  return sigmoid_parts_from_scaled(x < 0.0f, scaled, 7.88860905221011805e-31f);  // 2^-100
 }
 
 }  // namespace host_float
@@ -724,9 +727,10 @@ ACTIVATION_FN double tanh_of(double x) { return tanh_from_expm1(x); }
 
 // sigmoid(x) and 1 - sigmoid(x) = sigmoid(-x), both to full relative accuracy (1 - s computed from a rounded s
 // would lose the bits that matter where s is near 1).
-// Of x + lo for a value held in two parts (|lo| << |x|), the argument's rounding error lo is applied to the
-// exponential, which would magnify it |x| times: exp(-|x + lo|) = exp(-|x|) (1 -+ lo). `fast`: the cheap
-// exponential, for 16-bit results.
+// Of z = -+(magnitude + magnitude_lo) for a value held in two parts (|magnitude_lo| << magnitude), its sign given
+// apart (negative), the rounding error magnitude_lo is applied to the exponential, which would magnify it
+// `magnitude` times: exp(-|z|) = exp(-magnitude) (1 - magnitude_lo). `fast`: the cheap exponential, for 16-bit
+// results.
 template <class T>
 struct SigmoidPair {
   T s, one_minus_s;
@@ -734,21 +738,21 @@ struct SigmoidPair {
   ACTIVATION_FN explicit SigmoidPair(T x) {
 #ifndef __CUDA_ARCH__
     if constexpr (sizeof(T) == 4) {
-      *this = SigmoidPair(host_float::sigmoid_parts(x, 0.0f));
+      *this = SigmoidPair(host_float::sigmoid_parts(x));
       return;
     }
 #endif
-    from_exp(x, exp_nonpositive_of(-fabs(x)), false);
+    from_exp(x < T(0), exp_nonpositive_of(-fabs(x)), false);
   }
-  ACTIVATION_FN SigmoidPair(T x, T lo, bool fast = false) {
+  ACTIVATION_FN SigmoidPair(bool negative, T magnitude, T magnitude_lo, bool fast = false) {
 #ifndef __CUDA_ARCH__
     if constexpr (sizeof(T) == 4) {  // the CPU's float sigmoid (its exp_for_16bit is the accurate exp)
-      *this = SigmoidPair(host_float::sigmoid_parts(x, lo));
+      *this = SigmoidPair(host_float::sigmoid_parts_of_magnitude(negative, magnitude, magnitude_lo));
       return;
     }
 #endif
-    const T e_x = fast ? exp_nonpositive_for_16bit(-fabs(x)) : exp_nonpositive_of(-fabs(x));
-    from_exp(x, fma_of(e_x, x < T(0) ? lo : -lo, e_x), fast);
+    const T e = fast ? exp_nonpositive_for_16bit(-magnitude) : exp_nonpositive_of(-magnitude);
+    from_exp(negative, fma_of(e, -magnitude_lo, e), fast);
   }
 #ifndef __CUDA_ARCH__
   // From parts that a CPU formula computed (host_float's).
@@ -756,11 +760,11 @@ struct SigmoidPair {
 #endif
 
  private:
-  // From e = exp(-|x|).
-  ACTIVATION_FN void from_exp(T x, T e, bool fast) {
+  // From e = exp(-|x|) and whether x < 0.
+  ACTIVATION_FN void from_exp(bool negative, T e, bool fast) {
     const T r = fast ? reciprocal_for_16bit(T(1) + e) : reciprocal_at_least_one(T(1) + e);  // e <= 1
-    s = x < T(0) ? e * r : r;
-    one_minus_s = x < T(0) ? r : e * r;
+    s = negative ? e * r : r;
+    one_minus_s = negative ? r : e * r;
   }
 };
 
@@ -1119,40 +1123,44 @@ struct Gelu {
     q = fma_of(q, t, T(1.46868753f));
     return fma_of(q, t, T(-2.82723379f));
   }
-  // x clamped to +-100 for the tanh form: past it s (1 - s) is 0 and s is 0 or 1 already (|2u| > 7e4), and x^3
-  // can neither overflow (past 1e19 it would, and 0 * inf give NaN) nor make 2u infinite. NaN becomes a number;
-  // x itself carries the NaN into every result.
-  static ACTIVATION_FN T clamp_100(T x) { return smaller_of(larger_of(x, T(-100)), T(100)); }
+  // |x| clamped at 100, for the tanh form: past it s (1 - s) is 0 and s is 0 or 1 already (|2u| > 7e4), and nothing
+  // overflows (x^3 would past 1e19, and 0 * inf give NaN). One instruction (a minimum, |x| an operand modifier on
+  // the GPU); NaN becomes 100, and x itself carries the NaN into every result.
+  static ACTIVATION_FN T magnitude_100(T x) { return smaller_of(fabs(x), T(100)); }
   // (2u)' = 2 sqrt(2 / pi) (1 + 3 * 0.044715 x^2), for the tanh form.
   ACTIVATION_FN T two_u_derivative(T x) const {
-    const T clamped = clamp_100(x);
+    const T a = magnitude_100(x);
     if constexpr (k16BitResult && kCheap16BitMath) {  // the constants folded in, a rounding of float (2^-24) more
-      return fma_of(T(2 * kSqrt2OverPi * 3 * kCubic) * clamped, clamped, T(2 * kSqrt2OverPi));
+      return fma_of(T(2 * kSqrt2OverPi * 3 * kCubic) * a, a, T(2 * kSqrt2OverPi));
     } else {
-      return T(2 * kSqrt2OverPi) * fma_of(T(3 * kCubic) * clamped, clamped, T(1));
+      return T(2 * kSqrt2OverPi) * fma_of(T(3 * kCubic) * a, a, T(1));
     }
   }
-  // sigmoid(2u) and 1 - sigmoid(2u) for the tanh form, with 2u = x (c1 + c3 x^2) formed in two parts (the
-  // exponential in sigmoid magnifies 2u's rounding |2u| times): x^2 and c3 x^2 keep their rounding errors (fma),
-  // the sum of the two non-negative terms c1 and c3 x^2 its own by Fast2Sum with the larger first, and the product
-  // with x its own; the terms left out are below 2^-44 of 2u. Where 2u was 2 sqrt(2 / pi) (x + 0.044715 x^3), the
-  // sum by Knuth's two-sum and each product in two parts, with a guard against an infinite 2u, the float32 forward's
-  // math took 162 SASS instructions for 4 elements on the GPU; now 142 (the erf form's: 131), and on the H200 it
-  // runs at the copy rate (3.01 ms where it took 3.14-3.19, torch's 3.04). The CPU's forward took 6 % less time.
+  // sigmoid(2u) and 1 - sigmoid(2u) for the tanh form, from |2u| = a (c1 + c3 a^2) with a = |x| (magnitude_100)
+  // and the sign of x (2u is odd in x). |2u| is formed in two parts (the exponential in sigmoid magnifies its
+  // rounding |2u| times): a^2 and c3 a^2 keep their rounding errors (fma), the sum of the two non-negative terms c1
+  // and c3 a^2 its own by Fast2Sum with the larger first, and the product with a its own; the terms left out are
+  // below 2^-44 of 2u. Where 2u was 2 sqrt(2 / pi) (x + 0.044715 x^3), the sum by Knuth's two-sum and each product
+  // in two parts, with a guard against an infinite 2u, the float32 forward's math took 162 SASS instructions for 4
+  // elements on the GPU; now 134 (the erf form's: 131). On the H200 it runs at the copy rate (3.01 ms where it took
+  // 3.14-3.19, torch's 3.04, already with 2u from x clamped at +-100, 142 instructions); the CPU's forward took 6 %
+  // less time.
   ACTIVATION_FN SigmoidPair<T> sigmoid_two_u(T x) const {
+    const bool negative = x < T(0);
     if constexpr (k16BitResult && kCheap16BitMath) {
-      return SigmoidPair<T>(T(2 * kSqrt2OverPi) * fma_of(T(kCubic) * x * x, x, x), T(0), true);
+      const T a = fabs(x);
+      return SigmoidPair<T>(negative, T(2 * kSqrt2OverPi) * fma_of(T(kCubic) * a * a, a, a), T(0), true);
     } else {
-      const T clamped = clamp_100(x);
-      const Product<T> square(clamped, clamped);
-      const T scaled = cubic.hi * square.hi;  // c3 x^2
+      const T a = magnitude_100(x);
+      const Product<T> square(a, a);
+      const T scaled = cubic.hi * square.hi;  // c3 a^2
       const T scaled_lo =
           fma_of(cubic.hi, square.lo, fma_of(cubic.lo, square.hi, fma_of(cubic.hi, square.hi, -scaled)));
       const T sum = linear.hi + scaled;
       const T larger = larger_of(scaled, linear.hi), smaller = smaller_of(scaled, linear.hi);
       const T sum_lo = ((larger - sum) + smaller) + (scaled_lo + linear.lo);
-      const T two_u = clamped * sum;
-      return SigmoidPair<T>(two_u, fma_of(clamped, sum_lo, fma_of(clamped, sum, -two_u)));
+      const T two_u = a * sum;
+      return SigmoidPair<T>(negative, two_u, fma_of(a, sum_lo, fma_of(a, sum, -two_u)));
     }
   }
 
@@ -1172,7 +1180,7 @@ struct Gelu {
       const T slope = p.s * p.one_minus_s;
       const T v = two_u_derivative(x);
       const T s_prime = slope * v;
-      const T v_prime = T(2 * kSqrt2OverPi * 6 * kCubic) * clamp_100(x);
+      const T v_prime = T(2 * kSqrt2OverPi * 6 * kCubic) * copysign(magnitude_100(x), x);
       return T(2) * s_prime + x * (slope * v_prime + s_prime * (T(1) - T(2) * s) * v);
     }
     return normal(x).pdf * (T(2) - x * x);  // phi (2 - x^2)
