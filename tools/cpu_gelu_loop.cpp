@@ -19,10 +19,7 @@
 #include <vector>
 
 #include "../kernels/activations.cuh"
-
-#define LOOP                                                                                          \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,prefer-vector-width=512"), \
-                 optimize("gcse", "no-thread-jumps", "expensive-optimizations"), flatten, noinline))
+#include "cpu_loop.h"
 
 using namespace activations;
 
@@ -51,16 +48,6 @@ LOOP void gelu_now(int64_t n, const float* __restrict x, float* __restrict y) {
   }
 }
 
-template <class F>
-double best_ns_per_element(F loop, int64_t n) {
-  double best = 1e30;
-  for (int call = 0; call < 2000; ++call) {
-    const auto start = std::chrono::steady_clock::now();
-    loop();
-    best = std::min(best, std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count());
-  }
-  return best / n;
-}
 
 long double ulps(float actual, long double exact, int floor_exponent) {
   const int exponent = std::max(exact == 0 ? floor_exponent : ilogbl(exact), floor_exponent);
@@ -95,8 +82,8 @@ int main(int argc, char** argv) {
   std::normal_distribution<float> normal(0.0f, 3.0f);
   for (float& v : x) v = normal(generator);
   for (int round = 0; round < 3; ++round) {
-    const double before = best_ns_per_element([&] { gelu_before(n, x.data(), y.data()); }, n);
-    const double now = best_ns_per_element([&] { gelu_now(n, x.data(), y.data()); }, n);
+    const double before = best_ns_per_element([&] { gelu_before(n, x.data(), y.data()); }, n, 2000);
+    const double now = best_ns_per_element([&] { gelu_now(n, x.data(), y.data()); }, n, 2000);
     printf("round %d: before %.3f, now %.3f ns an element\n", round + 1, before, now);
   }
   fflush(stdout);

@@ -15,10 +15,7 @@
 #include <vector>
 
 #include "../kernels/activations.cuh"
-
-#define LOOP                                                                                          \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,prefer-vector-width=512"), \
-                 optimize("gcse", "no-thread-jumps", "expensive-optimizations"), flatten, noinline))
+#include "cpu_loop.h"
 
 using namespace activations;
 
@@ -35,16 +32,6 @@ LOOP void silu_backward(int64_t n, const float* __restrict x, const float* __res
   for (int64_t i = 0; i < n; ++i) y[i] = f.backward(g[i], x[i]);
 }
 
-template <class F>
-double best_ns_per_element(F loop, int64_t n) {
-  double best = 1e30;
-  for (int call = 0; call < 3000; ++call) {
-    const auto start = std::chrono::steady_clock::now();
-    loop();
-    best = std::min(best, std::chrono::duration<double, std::nano>(std::chrono::steady_clock::now() - start).count());
-  }
-  return best / n;
-}
 
 int main() {
   const int64_t n = 16384;
@@ -54,7 +41,7 @@ int main() {
   for (float& v : x) v = normal(rng);
   for (float& v : g) v = normal(rng);
   printf("ns an element: sigmoid forward %.4f, silu forward %.4f, silu backward %.4f\n",
-         best_ns_per_element([&] { sigmoid_forward(n, x.data(), y.data()); }, n),
-         best_ns_per_element([&] { silu_forward(n, x.data(), y.data()); }, n),
-         best_ns_per_element([&] { silu_backward(n, x.data(), g.data(), y.data()); }, n));
+         best_ns_per_element([&] { sigmoid_forward(n, x.data(), y.data()); }, n, 3000),
+         best_ns_per_element([&] { silu_forward(n, x.data(), y.data()); }, n, 3000),
+         best_ns_per_element([&] { silu_backward(n, x.data(), g.data(), y.data()); }, n, 3000));
 }
