@@ -33,6 +33,7 @@ import functools
 import glob
 import hashlib
 import json
+import linecache
 import os
 import platform
 import re
@@ -828,8 +829,7 @@ class {cls}(torch.nn.{cls}):
     \"\"\"torch.nn.{cls} running our kernels (a subclass: isinstance checks and state dicts keep working).\"\"\"
 
     def forward(self, x):
-        return {name}(x{attributes})
-"""
+{forward}"""
 
 
 def _python_sources(row):
@@ -851,8 +851,12 @@ def _python_sources(row):
     )
     if row.inplace:
         sources += _INPLACE_FUNCTION.format(name=row.name, signature=signature, call=call)
-    sources += _MODULE.format(cls=row.torch_module.__name__, name=row.name,
-                              attributes=attributes + (", self.inplace" if flag else ""))
+    # The module calls the in-place function as a statement and returns x, which TorchScript can compile too: there
+    # the functions are the operators (_register_for_torchscript), and an in-place operator returns nothing.
+    forward = f"        return {row.name}(x{attributes})\n"
+    if flag:
+        forward = f"        if self.inplace:\n            {row.name}_(x{attributes})\n            return x\n" + forward
+    sources += _MODULE.format(cls=row.torch_module.__name__, forward=forward)
     return sources
 
 
@@ -864,6 +868,14 @@ def _torch_inplace_function(row):
     return functools.partial(getattr(F, row.name), inplace=True)
 
 
+def _define(source, name):
+    """Run generated source in this module's namespace under a file name of its own, whose lines linecache holds:
+    inspect.getsource finds them there, and TorchScript reads a module's forward through it."""
+    filename = f"<activations: generated {name}>"
+    linecache.cache[filename] = (len(source), None, source.splitlines(keepends=True), filename)
+    exec(compile(source, filename, "exec"), globals())
+
+
 _ops = torch.ops.activations
 _ops_raw = {}  # operator name -> its raw entry point
 _torch_functions = {}  # operator name -> torch's function that compiled code calls instead (FUSE_UNDER_COMPILE)
@@ -873,16 +885,17 @@ for _row in OPS.values():
     _torch_functions[_row.name] = _row.torch_function
     if _row.inplace:
         _torch_functions[_row.name + "_"] = _torch_inplace_function(_row)
-    exec(_python_sources(_row), globals())
+    _define(_python_sources(_row), _row.name)
 
 swish = silu  # the name KernelBench (problem 25) and others use
 
 
-def _implicit_softmax_dim(x):
-    """torch's legacy choice of dim when none is given (torch.nn.functional._get_softmax_dim), with its warning."""
+def _implicit_softmax_dim(x: torch.Tensor) -> int:
+    """torch's legacy choice of dim when none is given (torch.nn.functional._get_softmax_dim), with its warning.
+    Written so that TorchScript compiles it (the modules below call it)."""
     warnings.warn("Implicit dimension choice for softmax has been deprecated. Change the call to include dim=X as an "
                   "argument.", stacklevel=3)
-    return 0 if x.dim() in (0, 1, 3) else 1
+    return 0 if x.dim() == 0 or x.dim() == 1 or x.dim() == 3 else 1
 
 
 def softmax(x, dim=None, dtype=None):
@@ -905,18 +918,29 @@ class Softmax(torch.nn.Softmax):
     """torch.nn.Softmax running our kernels (a subclass: isinstance checks and state dicts keep working)."""
 
     def forward(self, x):
-        return softmax(x, self.dim)
+        return softmax(x, self.dim if self.dim is not None else _implicit_softmax_dim(x))
 
 
 class LogSoftmax(torch.nn.LogSoftmax):
     """torch.nn.LogSoftmax running our kernels (a subclass: isinstance checks and state dicts keep working)."""
 
     def forward(self, x):
-        return log_softmax(x, self.dim)
+        return log_softmax(x, self.dim if self.dim is not None else _implicit_softmax_dim(x))
 
 
 for _name in REDUCTIONS:
     _ops_raw[_name] = getattr(_ops, _name).default._op
+
+# TorchScript (torch.jit.script, deprecated by torch but still how some models are deployed) cannot compile the
+# functions above (they consult the tracer flags and call raw entry points). It is told instead that each function is
+# its operator, as it is told for torch's own functions, so that scripted code (our modules' forwards, a user's
+# function) calls the operator: the same kernels, its autograd, no Python. What differs there: an in-place function
+# returns nothing (the modules call them as statements), the elementwise ones take no `inplace` (the modules branch
+# themselves), softmax and log_softmax need a dim, and FUSE_UNDER_COMPILE does not apply. A scripted model saved with
+# torch.jit.save needs this module imported where it is loaded, for its operators.
+if hasattr(torch.jit, "_builtins") and hasattr(torch.jit._builtins, "_register_builtin"):
+    for _name in _ops_raw:
+        torch.jit._builtins._register_builtin(globals()[_name], f"activations::{_name}")
 
 # torch's module class -> ours, and the constructor arguments that carry over.
 _SWAPS = {

@@ -9,8 +9,10 @@ ACTIVATIONS_TEST_SEED to that number to replay it.
 """
 
 import collections
+import contextlib
 import copy
 import datetime
+import io
 import json
 import math
 import os
@@ -1947,6 +1949,86 @@ def test_torch_export_holds_torch_functions_or_ours(strict, fuse_under_compile, 
         assert ours == {f"activations.{name}.default" for name in [*activations.OPS, "relu_", "hardtanh_",
                                                                    "log_softmax"]}, targets
     torch.testing.assert_close(exported.module()(x), model(x))
+
+
+@contextlib.contextmanager
+def torchscript_quietly():
+    """Without the warnings that torch.jit.script, save and load are deprecated (torch 2.10 on)."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*torch.jit.*deprecated", category=FutureWarning)
+        yield
+
+
+def scripted(obj):
+    with torchscript_quietly():
+        return torch.jit.script(obj)
+
+
+def uses_our_functions(x: torch.Tensor) -> torch.Tensor:
+    """Our functions as a user's TorchScript code calls them: keywords, an alias, an in-place function."""
+    y = activations.gelu(x, approximate="tanh") + activations.elu(x, 0.5) + activations.swish(x)
+    y = y + activations.hardtanh(x, min_val=-0.5, max_val=2.0) + activations.log_softmax(x, 1)
+    z = x.clone()
+    activations.mish_(z)
+    return y + z
+
+
+def uses_torch_functions(x):
+    y = F.gelu(x, approximate="tanh") + F.elu(x, 0.5) + F.silu(x)
+    return y + F.hardtanh(x, min_val=-0.5, max_val=2.0) + F.log_softmax(x, 1) + F.mish(x)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_torchscript_calls_our_operators(device):
+    """torch.jit.script compiles our modules (every op, in place too, softmax with torch's implicit dim) and
+    functions into calls of our operators: eager's values and gradients, before and after torch.jit.save and load."""
+    torch.manual_seed(fresh_seed())
+    model = every_op_model(device).append(activations.Softmax()).double()
+    x = torch.randn(4, 16, device=device, dtype=torch.float64)
+    script = scripted(model)
+    called = set(re.findall(r"activations::(\w+)", str(script.inlined_graph)))
+    assert called == {*activations.OPS, "relu_", "hardtanh_", "log_softmax", "softmax"}, called
+    with pytest.warns(UserWarning, match="Implicit dimension choice"):
+        y_eager = model(x)
+    g_eager = torch.autograd.grad(y_eager.square().sum(), list(model.parameters()))
+    buffer = io.BytesIO()
+    with torchscript_quietly():
+        torch.jit.save(script, buffer)
+        buffer.seek(0)
+        loaded = torch.jit.load(buffer, map_location=device)
+    for compiled in (script, loaded):
+        with pytest.warns(UserWarning, match="Implicit dimension choice"):
+            y = compiled(x)
+        g = torch.autograd.grad(y.square().sum(), list(compiled.parameters()))
+        torch.testing.assert_close(y, y_eager)
+        for a, b in zip(g, g_eager):
+            torch.testing.assert_close(a, b)
+
+    function = scripted(uses_our_functions)
+    assert set(re.findall(r"activations::(\w+)", str(function.graph))) == {
+        "gelu", "elu", "silu", "hardtanh", "log_softmax", "mish_"}
+    x.requires_grad_()
+    y = function(x)
+    y_torch = uses_torch_functions(x)
+    torch.testing.assert_close(y, y_torch)
+    torch.testing.assert_close(torch.autograd.grad(y.sum(), x)[0], torch.autograd.grad(y_torch.sum(), x)[0])
+
+
+def test_torchscript_refuses_what_the_operators_lack():
+    """In TorchScript a function is its operator: an `inplace` argument, a missing softmax dim, or an integer where
+    the operator takes a float (torch's own modules refuse that too, but Softplus) fail to compile, naming it."""
+    def relu_with_flag(x: torch.Tensor) -> torch.Tensor:
+        return activations.relu(x, inplace=True)
+
+    def softmax_without_dim(x: torch.Tensor) -> torch.Tensor:
+        return activations.softmax(x)
+
+    with pytest.raises(RuntimeError, match="inplace"):
+        scripted(relu_with_flag)
+    with pytest.raises(RuntimeError, match="dim"):
+        scripted(softmax_without_dim)
+    with pytest.raises(RuntimeError, match="Expected a value of type 'float' for argument 'alpha'"):
+        scripted(activations.ELU(alpha=1))
 
 
 # ---------------------------------------------------------------------------------------------------------------
