@@ -12,6 +12,7 @@ import collections
 import contextlib
 import copy
 import datetime
+import functools
 import io
 import json
 import math
@@ -534,6 +535,51 @@ def test_cuda_matches_torch(name, dtype):
         if dtype == torch.float64 and name in ("hardsigmoid", "gelu_tanh"):
             tolerance = 1e-6  # torch's float constants
         torch.testing.assert_close(a[finite], b[finite], rtol=tolerance, atol=tolerance)
+
+
+AUTOCASTS = [("cpu", torch.bfloat16), pytest.param("cuda", torch.float16, marks=requires_cuda),
+             pytest.param("cuda", torch.bfloat16, marks=requires_cuda)]
+
+
+@pytest.mark.parametrize("device, autocast_dtype", AUTOCASTS, ids=["cpu-bfloat16", "cuda-float16", "cuda-bfloat16"])
+def test_autocast_follows_torchs_policy(device, autocast_dtype):
+    """Under autocast each function returns the type torch's does, by torch's policy: on CUDA softplus runs on its
+    input cast to float32, softmax and log_softmax compute in float32 unless given a dtype; the rest, and everything
+    on the CPU, run in the input's type. Values and gradients are those of the same call made explicitly without
+    autocast, and gradients come back in the input's type."""
+    torch.manual_seed(fresh_seed())
+    on_cuda = device == "cuda"
+
+    def eligible(x):  # torch's test: a floating-point tensor on the autocast's device, not float64
+        return on_cuda and x.dtype != torch.float64
+
+    calls = []  # (name, ours under autocast, torch's under autocast, ours with the policy applied by hand)
+    for name in CASES:
+        f = ours(name)
+        if activations.OPS[CASES[name].op].autocast_to_float:
+            calls.append((name, f, theirs(name), lambda x, f=f: f(x.float() if eligible(x) else x)))
+        else:
+            calls.append((name, f, theirs(name), f))
+    for name, row in activations.REDUCTIONS.items():
+        f, torchs = getattr(activations, name), row.torch_function
+        calls += [(name, functools.partial(f, dim=1), functools.partial(torchs, dim=1),
+                   lambda x, f=f: f(x, 1, dtype=torch.float32 if eligible(x) else None)),
+                  (f"{name} dtype={autocast_dtype}", functools.partial(f, dim=1, dtype=autocast_dtype),
+                   functools.partial(torchs, dim=1, dtype=autocast_dtype),
+                   functools.partial(f, dim=1, dtype=autocast_dtype))]
+    for input_dtype in (torch.float32, autocast_dtype, torch.float64):
+        x = (3 * torch.randn(64, 33, device=device, dtype=torch.float64)).to(input_dtype).requires_grad_()
+        for name, mine, torchs, explicit in calls:
+            with torch.autocast(device, dtype=autocast_dtype):
+                y, y_torch = mine(x), torchs(x)
+            y_explicit = explicit(x)
+            assert y.dtype == y_torch.dtype == y_explicit.dtype, (
+                f"{name} on {input_dtype}: {y.dtype}, torch's {y_torch.dtype}, without autocast {y_explicit.dtype}")
+            grad = torch.randn_like(y)
+            g, g_explicit = torch.autograd.grad(y, x, grad)[0], torch.autograd.grad(y_explicit, x, grad)[0]
+            assert g.dtype == input_dtype
+            torch.testing.assert_close(y, y_explicit, rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{name}: {m}")
+            torch.testing.assert_close(g, g_explicit, rtol=0, atol=0, equal_nan=True, msg=lambda m: f"{name}: {m}")
 
 
 @requires_cuda
@@ -1912,6 +1958,21 @@ def test_torch_compile_graph_holds_torch_functions_or_ours(fuse_under_compile, d
     else:
         assert ours == {*activations.OPS, "relu_", "hardtanh_", "sigmoid_", "tanh_", "leaky_relu_", "relu6_",
                         "log_softmax"}, targets
+
+
+@requires_cuda
+def test_torch_compile_under_cuda_autocast_gives_eagers_types(fuse_under_compile):
+    """Compiled under CUDA autocast, our operators (or torch's functions in their place) give eager's types and
+    values: the autocast kernels are traced like any other."""
+    def f(x):
+        return activations.softplus(x), activations.softmax(x, 1), activations.log_softmax(x, 1), activations.gelu(x)
+
+    x = torch.randn(64, 33, device="cuda", dtype=torch.float16)
+    with torch.autocast("cuda", dtype=torch.float16):
+        eager, compiled = f(x), torch.compile(f, fullgraph=True)(x)
+    for a, b in zip(compiled, eager):
+        assert a.dtype == b.dtype, (a.dtype, b.dtype)
+        torch.testing.assert_close(a, b)
 
 
 @pytest.mark.parametrize("device", DEVICES)

@@ -427,8 +427,38 @@ void register_kernels(torch::Library& m) {
   m.impl("double_backward", CppFunction::makeFromBoxedFunction<&double_backward_kernel<kCompute>>());
 }
 
+// CUDA autocast. torch's autocast runs a few of torch's ops in float32 (ATen's autocast_mode.cpp): softplus on its
+// inputs cast to float32, softmax and log_softmax with dtype float32 where none is given; the other activations
+// run in their input's type. Ours follow the same policies (the rows' autocast_to_float, softmax.cpp), so that a
+// model gives the same types with either; as torch's, the operator then runs with autocast off. Eligible, as in
+// torch: a floating-point CUDA tensor that is not float64.
+bool autocast_eligible(const c10::IValue& value) {
+  if (!value.isTensor()) return false;
+  const Tensor& t = value.toTensor();
+  return t.defined() && t.is_cuda() && t.is_floating_point() && t.scalar_type() != at::kDouble;
+}
+
+// A row marked autocast_to_float: its eligible tensors cast to float32 (torch's "fp32" policy).
+void autocast_to_float_kernel(const c10::OperatorHandle& op, Stack* stack) {
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
+  const size_t num_arguments = op.schema().arguments().size();
+  for (size_t i = 0; i < num_arguments; ++i) {
+    c10::IValue& argument = torch::jit::peek(*stack, i, num_arguments);
+    if (autocast_eligible(argument)) argument = argument.toTensor().to(at::kFloat);
+  }
+  op.callBoxed(stack);
+}
+
 }  // namespace
 }  // namespace activations
+
+TORCH_LIBRARY_IMPL(activations, AutocastCUDA, m) {
+  for (const OpRow& row : kOpRows) {
+    if (row.autocast_to_float) {
+      m.impl(row.name, torch::CppFunction::makeFromBoxedFunction<&autocast_to_float_kernel>());
+    }
+  }
+}
 
 TORCH_LIBRARY_IMPL(activations, CPU, m) { register_kernels<true>(m); }
 #ifdef ACTIVATIONS_WITH_CUDA

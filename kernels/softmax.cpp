@@ -126,6 +126,15 @@ void register_softmax_kernels(torch::Library& m) {
   m.impl("log_softmax_backward", CppFunction::makeFromBoxedFunction<&backward_boxed<kCompute, true>>());
 }
 
+// softmax(x, dim, dtype) and log_softmax under CUDA autocast: dtype float32 where none is given and x is eligible
+// (torch's "fp32_set_opt_dtype" policy for its softmax and log_softmax; see autocast_eligible).
+void autocast_kernel(const c10::OperatorHandle& op, Stack* stack) {  // (x, dim, dtype)
+  const c10::impl::ExcludeDispatchKeyGuard no_autocast(c10::DispatchKey::AutocastCUDA);
+  c10::IValue& dtype = torch::jit::peek(*stack, 2, 3);
+  if (dtype.isNone() && autocast_eligible(torch::jit::peek(*stack, 0, 3))) dtype = at::kFloat;
+  op.callBoxed(stack);
+}
+
 }  // namespace
 }  // namespace activations
 
@@ -141,3 +150,8 @@ TORCH_LIBRARY_IMPL(activations, CPU, m) { activations::register_softmax_kernels<
 TORCH_LIBRARY_IMPL(activations, CUDA, m) { activations::register_softmax_kernels<true>(m); }
 #endif
 TORCH_LIBRARY_IMPL(activations, Meta, m) { activations::register_softmax_kernels<false>(m); }
+TORCH_LIBRARY_IMPL(activations, AutocastCUDA, m) {
+  for (const char* name : {"softmax", "log_softmax"}) {
+    m.impl(name, torch::CppFunction::makeFromBoxedFunction<&activations::autocast_kernel>());
+  }
+}
