@@ -816,7 +816,9 @@ _compiler = torch.compiler
 _FUNCTION = """
 def {name}(x{signature}{inplace_parameter}):
     \"\"\"{doc}\"\"\"
-{inplace_branch}    if _compiling() or _compiler._is_exporting_flag:
+{inplace_branch}    if type(x) is not _Tensor and _is_dtensor(x):
+        return _on_dtensor({name}, x{call})
+    if _compiling() or _compiler._is_exporting_flag:
         return _torch_functions[{name!r}](x{call}) if FUSE_UNDER_COMPILE else _ops.{name}.default(x{call})
     return _ops_raw[{name!r}](x{call})
 """
@@ -824,6 +826,8 @@ def {name}(x{signature}{inplace_parameter}):
 _INPLACE_FUNCTION = """
 def {name}_(x{signature}):
     \"\"\"{name} in place, as torch's; returns x.\"\"\"
+    if type(x) is not _Tensor and _is_dtensor(x):
+        return x.copy_(_on_dtensor({name}, x{call}))
     if _compiling() or _compiler._is_exporting_flag:
         (_torch_functions[{name!r} + "_"] if FUSE_UNDER_COMPILE else _ops.{name}_.default)(x{call})
     else:
@@ -875,6 +879,39 @@ def _torch_inplace_function(row):
     return functools.partial(getattr(F, row.name), inplace=True)
 
 
+# DTensor (torch.distributed.tensor: tensor and sequence parallelism hand activations DTensors). DTensor runs an
+# operator on each rank's shard only where it has a sharding rule for it, and has none for ours; so a function
+# given a DTensor runs itself on the local shard (forward, and backward through DTensor's to_local and from_local)
+# and returns a DTensor with the input's mesh and placements, as DTensor does for torch's pointwise ops. First, as
+# DTensor does for those, a Partial placement (a sum still to be taken, of which a nonlinear function is not the
+# sum of the parts) is made Replicate, and so is a shard of softmax's reduced dim. The in-place functions compute
+# out of place and copy into x. `type(x) is not _Tensor` keeps the test to one comparison for plain tensors.
+_Tensor = torch.Tensor
+
+
+def _is_dtensor(x):
+    tensor_module = sys.modules.get("torch.distributed.tensor")  # not imported: x cannot be a DTensor
+    return tensor_module is not None and isinstance(x, tensor_module.DTensor)
+
+
+def _on_dtensor(function, x, *args, reduced_dim=None, **kwargs):
+    """function(x, *args, **kwargs) for a DTensor x, shard by shard (see above)."""
+    from torch.distributed.tensor import DTensor, Replicate
+
+    if reduced_dim is not None:
+        reduced_dim %= max(x.dim(), 1)
+    placements = tuple(Replicate() if p.is_partial() or (reduced_dim is not None and p.is_shard(reduced_dim)) else p
+                       for p in x.placements)
+    if placements != tuple(x.placements):
+        x = x.redistribute(x.device_mesh, placements)
+    local = x.to_local()
+    result = function(local, *args, **kwargs)
+    # The global strides: x's where the result kept the shard's layout (the elementwise ops keep a dense input's),
+    # else contiguous ones (softmax's results are contiguous).
+    stride = x.stride() if result.stride() == local.stride() else torch.empty(x.shape, device="meta").stride()
+    return DTensor.from_local(result, x.device_mesh, placements, run_check=False, shape=x.shape, stride=stride)
+
+
 def _define(source, name):
     """Run generated source in this module's namespace under a file name of its own, whose lines linecache holds:
     inspect.getsource finds them there, and TorchScript reads a module's forward through it."""
@@ -910,6 +947,8 @@ def softmax(x, dim=None, dtype=None):
     one is given (16-bit types computed in float). The backward keeps the output."""
     if dim is None:
         dim = _implicit_softmax_dim(x)
+    if type(x) is not _Tensor and _is_dtensor(x):
+        return _on_dtensor(softmax, x, dim, dtype, reduced_dim=dim)
     return _ops.softmax.default(x, dim, dtype) if _compiling() else _ops_raw["softmax"](x, dim, dtype)
 
 
@@ -918,6 +957,8 @@ def log_softmax(x, dim=None, dtype=None):
     when one is given. The backward keeps the output."""
     if dim is None:
         dim = _implicit_softmax_dim(x)
+    if type(x) is not _Tensor and _is_dtensor(x):
+        return _on_dtensor(log_softmax, x, dim, dtype, reduced_dim=dim)
     return _ops.log_softmax.default(x, dim, dtype) if _compiling() else _ops_raw["log_softmax"](x, dim, dtype)
 
 

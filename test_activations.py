@@ -2573,6 +2573,8 @@ def distributed_worker(kind, rank, world_size, port, seed, output):
     store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False, timeout=timeout)
     dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=timeout)
     try:
+        if kind == "dtensor":
+            return torch.save(dtensor_mismatches(rank, world_size, seed), output)
         result = {}
         for flavour in ("torch", "ours"):
             model = distributed_test_model(seed)
@@ -2603,6 +2605,64 @@ def distributed_worker(kind, rank, world_size, port, seed, output):
         torch.save(result, output)
     finally:
         dist.destroy_process_group()
+
+
+def dtensor_mismatches(rank, world_size, seed):
+    """Every case, softmax and log_softmax over each dim, on a DTensor of each placement (shards of uneven sizes,
+    Replicate, Partial): the values and gradients of ours on the plain tensor the DTensor holds, and the placements
+    torch's function gives; then in place. Returns what differed, as strings."""
+    from torch.distributed.device_mesh import init_device_mesh
+    from torch.distributed.tensor import DTensor, Partial, Replicate, Shard, distribute_tensor
+
+    mesh = init_device_mesh("cpu", (world_size,))
+    torch.manual_seed(seed)  # the same on every rank
+    x = 3 * torch.randn(5, 3, dtype=torch.float64)
+
+    def dtensor(placement):
+        if placement.is_partial():  # each rank holds a part; the parts sum to x
+            return DTensor.from_local(x * (rank + 1) / (world_size * (world_size + 1) / 2), mesh, [placement],
+                                      run_check=False)
+        return distribute_tensor(x.clone(), mesh, [placement])  # a Replicate DTensor may hold x itself
+
+    calls = [(name, ours(name), theirs(name)) for name in CASES]
+    for name, row in activations.REDUCTIONS.items():
+        for dim in (0, -1):
+            calls.append((f"{name} dim {dim}", functools.partial(getattr(activations, name), dim=dim),
+                          functools.partial(row.torch_function, dim=dim)))
+    mismatches = []
+    for placement in (Shard(0), Shard(1), Replicate(), Partial()):
+        for name, mine, torchs in calls:
+            where = f"{name} on {placement}"
+            d = dtensor(placement).requires_grad_()
+            y = mine(d)
+            (g,) = torch.autograd.grad((y * y).sum(), d)
+            plain = d.full_tensor().detach().requires_grad_()
+            y_plain = mine(plain)
+            (g_plain,) = torch.autograd.grad((y_plain * y_plain).sum(), plain)
+            try:  # torch's placements, where DTensor has a rule for torch's function (none for hardsigmoid's backward)
+                d_torch = dtensor(placement).requires_grad_()
+                y_torch = torchs(d_torch)
+                torch.autograd.grad((y_torch * y_torch).sum(), d_torch)
+            except NotImplementedError:
+                y_torch = None
+            # From Partial, torch's composite softsign (x / (1 + |x|), linear in x) keeps Partial: also right.
+            compared = y_torch is not None and not placement.is_partial()
+            if not isinstance(y, DTensor) or (compared and y.placements != y_torch.placements):
+                mismatches.append(f"{where}: placements {getattr(y, 'placements', type(y))}, torch's "
+                                  f"{getattr(y_torch, 'placements', None)}")
+                continue
+            for what, a, b in (("values", y.full_tensor(), y_plain), ("gradients", g.full_tensor(), g_plain)):
+                if not torch.allclose(a, b, rtol=1e-12, atol=1e-12, equal_nan=True):
+                    mismatches.append(f"{where}: {what} differ from the plain tensor's by {(a - b).abs().max():.3g}")
+        for name in ("relu", "elu", "sigmoid", "mish"):
+            d = dtensor(placement)
+            with torch.no_grad():
+                returned = getattr(activations, name + "_")(d)
+            expected = getattr(activations, name)(dtensor(placement).full_tensor())  # of x (a Partial's sum)
+            if returned is not d or d.placements != (placement,) or not torch.allclose(d.full_tensor(), expected,
+                                                                                       rtol=1e-12, atol=1e-12):
+                mismatches.append(f"{name}_ on {placement}: not x, or placements {d.placements}, or other values")
+    return mismatches
 
 
 def run_distributed(kind, seed, tmp_path):
@@ -2707,6 +2767,19 @@ def test_distributed_training_matches_torch_activations(kind, tmp_path):
                 )
     # Each rank trained on rows of its own: its losses differ from the other's, its parameters did not.
     assert results[0]["ours"]["losses"][0] != results[1]["ours"]["losses"][0]
+
+
+def test_dtensor_inputs_run_shard_by_shard(tmp_path):
+    """2 CPU processes, gloo: our functions on DTensors (tensor parallelism's activations) give torch's placements,
+    values and gradients, shard by shard, and in place keep the DTensor's placements."""
+    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
+        pytest.skip("this torch has no torch.distributed with the gloo backend")
+    try:
+        from torch.distributed.tensor import DTensor  # noqa: F401
+    except ImportError as error:
+        pytest.skip(f"DTensor is not in this torch ({torch.__version__}): {error}")
+    for rank, mismatches in enumerate(run_distributed("dtensor", fresh_seed(), tmp_path)):
+        assert mismatches == [], f"rank {rank}: " + "; ".join(mismatches[:10])
 
 
 # ---------------------------------------------------------------------------------------------------------------
