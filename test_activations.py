@@ -2076,6 +2076,16 @@ def test_torchscript_calls_our_operators(device):
     torch.testing.assert_close(torch.autograd.grad(y.sum(), x)[0], torch.autograd.grad(y_torch.sum(), x)[0])
 
 
+def test_sparse_and_nested_tensors_are_refused():
+    """Sparse and nested tensors (both layouts) raise NotImplementedError, as the README says."""
+    values = [torch.randn(3, 4), torch.randn(5, 4)]
+    for x in (torch.randn(4, 4).to_sparse(), torch.nested.nested_tensor(values),
+              torch.nested.nested_tensor(values, layout=torch.jagged)):
+        for f in (activations.relu, activations.gelu, functools.partial(activations.softmax, dim=-1)):
+            with pytest.raises(NotImplementedError):
+                f(x)
+
+
 def test_torchscript_refuses_what_the_operators_lack():
     """In TorchScript a function is its operator: an `inplace` argument, a missing softmax dim, or an integer where
     the operator takes a float (torch's own modules refuse that too, but Softplus) fail to compile, naming it."""
