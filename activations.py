@@ -863,7 +863,7 @@ def _python_sources(row):
     if row.inplace:
         sources += _INPLACE_FUNCTION.format(name=row.name, signature=signature, call=call)
     # The module calls the in-place function as a statement and returns x, which TorchScript can compile too: there
-    # the functions are the operators (_register_for_torchscript), and an in-place operator returns nothing.
+    # the functions are the operators (see TorchScript below), and an in-place operator returns nothing.
     forward = f"        return {row.name}(x{attributes})\n"
     if flag:
         forward = f"        if self.inplace:\n            {row.name}_(x{attributes})\n            return x\n" + forward
@@ -962,6 +962,7 @@ def log_softmax(x, dim=None, dtype=None):
     return _ops.log_softmax.default(x, dim, dtype) if _compiling() else _ops_raw["log_softmax"](x, dim, dtype)
 
 
+# The modules resolve an implicit dim themselves: in TorchScript the functions are the operators, which need one.
 class Softmax(torch.nn.Softmax):
     """torch.nn.Softmax running our kernels (a subclass: isinstance checks and state dicts keep working)."""
 
