@@ -2574,8 +2574,9 @@ def _activation_types(model):
 
 
 def distributed_worker(kind, rank, world_size, port, seed, output):
-    """One rank of a distributed test ("ddp" or "fsdp2"): joins the group through the test's store, trains torch's
-    model then ours, and saves {flavour: {"params", "types", "losses"}} to output. If wrapping or training torch's
+    """One rank of a distributed test ("ddp", "fsdp2" or "dtensor"): joins the group through the test's store; for
+    "dtensor" saves dtensor_mismatches' list to output; else trains torch's model then ours, and saves
+    {flavour: {"params", "types", "losses"}} to output. If wrapping or training torch's
     own model fails under FSDP2, it saves {"unsupported": the error} instead: that is torch's limitation."""
     import torch.distributed as dist
 
@@ -2780,8 +2781,8 @@ def test_distributed_training_matches_torch_activations(kind, tmp_path):
 
 
 def test_dtensor_inputs_run_shard_by_shard(tmp_path):
-    """2 CPU processes, gloo: our functions on DTensors (tensor parallelism's activations) give torch's placements,
-    values and gradients, shard by shard, and in place keep the DTensor's placements."""
+    """2 CPU processes, gloo: our functions on DTensors (tensor parallelism's activations) give torch's placements
+    and, shard by shard, the values and gradients they give on the plain tensor; in place they keep the placements."""
     if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
         pytest.skip("this torch has no torch.distributed with the gloo backend")
     try:
