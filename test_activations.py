@@ -2576,8 +2576,8 @@ def _activation_types(model):
 def distributed_worker(kind, rank, world_size, port, seed, output):
     """One rank of a distributed test ("ddp", "fsdp2" or "dtensor"): joins the group through the test's store; for
     "dtensor" saves dtensor_mismatches' list to output; else trains torch's model then ours, and saves
-    {flavour: {"params", "types", "losses"}} to output. If wrapping or training torch's
-    own model fails under FSDP2, it saves {"unsupported": the error} instead: that is torch's limitation."""
+    {flavour: {"params", "types", "losses"}} to output. If wrapping or training torch's own model fails under FSDP2,
+    it saves {"unsupported": the error} instead: that is torch's limitation."""
     import torch.distributed as dist
 
     timeout = datetime.timedelta(seconds=DISTRIBUTED_TIMEOUT_S)
