@@ -886,6 +886,9 @@ def _torch_inplace_function(row):
 # DTensor does for those, a Partial placement (a sum still to be taken, of which a nonlinear function is not the
 # sum of the parts) is made Replicate, and so is a shard of softmax's reduced dim. The in-place functions compute
 # out of place and copy into x. `type(x) is not _Tensor` keeps the test to one comparison for plain tensors.
+# DTensor's in-place ops do not count a version on the shard itself, so autograd could not tell that a saved shard
+# of x (or of the result) was changed in place after the forward: where the backward keeps the input or the output,
+# it keeps a copy of the shard of its own (one more pass over the shard, only while autograd records).
 _Tensor = torch.Tensor
 
 
@@ -905,7 +908,11 @@ def _on_dtensor(function, x, *args, reduced_dim=None, **kwargs):
     if placements != tuple(x.placements):
         x = x.redistribute(x.device_mesh, placements)
     local = x.to_local()
-    result = function(local, *args, **kwargs)
+    saves = OPS[function.__name__].saves if function.__name__ in OPS else "output"  # softmax's keep the output
+    recorded = torch.is_grad_enabled() and local.requires_grad
+    result = function(local.clone() if recorded and saves == "input" else local, *args, **kwargs)
+    if recorded and saves == "output":
+        result = result.clone()
     # The global strides: x's where the result kept the shard's layout (the elementwise ops keep a dense input's),
     # else contiguous ones (softmax's results are contiguous).
     stride = x.stride() if result.stride() == local.stride() else torch.empty(x.shape, device="meta").stride()

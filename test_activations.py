@@ -2673,6 +2673,32 @@ def dtensor_mismatches(rank, world_size, seed):
             if returned is not d or d.placements != (placement,) or not torch.allclose(d.full_tensor(), expected,
                                                                                        rtol=1e-12, atol=1e-12):
                 mismatches.append(f"{name}_ on {placement}: not x, or placements {d.placements}, or other values")
+        # Autograd across in-place changes (DTensor counts no version on a shard): in place on a non-leaf, and the
+        # input and the output changed in place after the forward. The gradients are those of the same steps out of
+        # place on the plain tensor; the backward keeps the mask, the input (elu, silu) or the output (sigmoid,
+        # softmax).
+        plain = dtensor(placement).full_tensor().detach()
+        for name in ("relu", "elu", "silu", "sigmoid", "softmax"):
+            f = functools.partial(activations.softmax, dim=-1) if name == "softmax" else getattr(activations, name)
+            gradients = []
+            for start, changed_in_place in ((dtensor(placement), True), (plain, False)):
+                start = start.clone().requires_grad_()  # a leaf
+                h = start * 2
+                y = f(h)
+                if changed_in_place:
+                    h.mul_(1.5)  # linear: a Partial h allows it
+                    y.mul_(3)
+                else:
+                    y = y * 3
+                if name != "softmax":
+                    h2 = start * 2
+                    r = getattr(activations, name + "_")(h2) if changed_in_place else f(h2)
+                    y = y + r
+                (gradient,) = torch.autograd.grad((y * y).sum(), start)
+                gradients.append(gradient.full_tensor() if isinstance(gradient, DTensor) else gradient)
+            if not torch.allclose(*gradients, rtol=1e-12, atol=1e-12):
+                mismatches.append(f"{name} on {placement}, changed in place: gradients differ by "
+                                  f"{(gradients[0] - gradients[1]).abs().max():.3g}")
     return mismatches
 
 
