@@ -774,7 +774,8 @@ if _CLI is not None and _CLI.command == "build":
     if _CLI.cpu_only:
         os.environ["ACTIVATIONS_CPU_ONLY"] = "1"
 
-if _loaded_namespace() is None:
+_LOADS_OPERATORS = _loaded_namespace() is None  # else another copy of this module (a generated file) did
+if _LOADS_OPERATORS:
     BUILD = load()
     _cuda_unavailable = None if BUILD["cuda"] else _register_cuda_unavailable(BUILD["no_cuda_reason"])
 else:
@@ -949,6 +950,17 @@ def _implicit_softmax_dim(x: torch.Tensor) -> int:
     return 0 if x.dim() == 0 or x.dim() == 1 or x.dim() == 3 else 1
 
 
+# ONNX has no operators of ours. torch.onnx.export's default exporter (dynamo=True) captures the model with
+# torch.export, where the elementwise functions hand it torch's own already (FUSE_UNDER_COMPILE); softmax and
+# log_softmax hand it torch's while it exports in non-strict mode (its first way; in strict mode, under dynamo, the
+# question reads False and the export fails, naming our operator). Its TorchScript-based exporter (dynamo=False)
+# traces with torch.jit.trace: see the Tracer kernels below.
+def _onnx_exporting():
+    """Whether torch.onnx.export is running (torch.onnx is imported by those who call it, not by torch)."""
+    onnx = sys.modules.get("torch.onnx")
+    return onnx is not None and onnx.is_in_onnx_export()
+
+
 def softmax(x, dim=None, dtype=None):
     """softmax over dim, as torch.softmax: exp(x - max) / sum(exp(x - max)), of x converted to dtype first when
     one is given (16-bit types computed in float). The backward keeps the output."""
@@ -956,7 +968,11 @@ def softmax(x, dim=None, dtype=None):
         dim = _implicit_softmax_dim(x)
     if type(x) is not _Tensor and _is_dtensor(x):
         return _on_dtensor(softmax, x, dim, dtype, reduced_dim=dim)
-    return _ops.softmax.default(x, dim, dtype) if _compiling() else _ops_raw["softmax"](x, dim, dtype)
+    if _compiling():
+        return _ops.softmax.default(x, dim, dtype)
+    if _compiler._is_exporting_flag and _onnx_exporting():
+        return torch.softmax(x, dim, dtype=dtype)
+    return _ops_raw["softmax"](x, dim, dtype)
 
 
 def log_softmax(x, dim=None, dtype=None):
@@ -966,7 +982,11 @@ def log_softmax(x, dim=None, dtype=None):
         dim = _implicit_softmax_dim(x)
     if type(x) is not _Tensor and _is_dtensor(x):
         return _on_dtensor(log_softmax, x, dim, dtype, reduced_dim=dim)
-    return _ops.log_softmax.default(x, dim, dtype) if _compiling() else _ops_raw["log_softmax"](x, dim, dtype)
+    if _compiling():
+        return _ops.log_softmax.default(x, dim, dtype)
+    if _compiler._is_exporting_flag and _onnx_exporting():
+        return torch.log_softmax(x, dim, dtype=dtype)
+    return _ops_raw["log_softmax"](x, dim, dtype)
 
 
 # The modules resolve an implicit dim themselves: in TorchScript the functions are the operators, which need one.
@@ -997,6 +1017,33 @@ for _name in REDUCTIONS:
 if hasattr(torch.jit, "_builtins") and hasattr(torch.jit._builtins, "_register_builtin"):
     for _name in _ops_raw:
         torch.jit._builtins._register_builtin(globals()[_name], f"activations::{_name}")
+
+# torch.jit.trace records torch's operators where the traced code calls ours, so that torch.onnx.export's
+# TorchScript-based exporter (dynamo=False), which traces with it, finds operators it can translate: with ours it
+# failed on every op but the in-place ones, which it dropped from the graph without a word (they return nothing, so
+# the graph's output did not depend on them). A kernel on the Tracer dispatch key, which only a jit trace turns on
+# (calls outside a trace never reach it), calls torch's function, whose own Tracer kernel records it: a traced model
+# with ours is torch's traced model, and runs without this module. FUSE_UNDER_COMPILE does not apply here.
+def _torch_in_place_kernel(torch_function):
+    def kernel(x, *args, **kwargs):
+        torch_function(x, *args, **kwargs)  # our in-place operators return nothing
+
+    return kernel
+
+
+def _register_tracer_kernels():
+    library = torch.library.Library(NAMESPACE, "IMPL")
+    for row in OPS.values():
+        library.impl(row.name, row.torch_function, "Tracer")
+        if row.inplace:
+            library.impl(row.name + "_", _torch_in_place_kernel(_torch_functions[row.name + "_"]), "Tracer")
+    for reduction in REDUCTIONS.values():
+        library.impl(reduction.name, lambda x, dim, dtype=None, f=reduction.torch_function: f(x, dim, dtype=dtype),
+                     "Tracer")
+    return library
+
+
+_tracer_kernels = _register_tracer_kernels() if _LOADS_OPERATORS else None
 
 # torch's module class -> ours, and the constructor arguments that carry over.
 _SWAPS = {

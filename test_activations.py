@@ -2103,6 +2103,108 @@ def test_torchscript_refuses_what_the_operators_lack():
         scripted(activations.ELU(alpha=1))
 
 
+def torch_model_and_ours(device):
+    """torch's module of every row between Linear layers, with parameters other than the defaults where it has any,
+    in place too, softmax and log_softmax; and a copy with ours swapped in."""
+    parameters = {"negative_slope": 0.2, "alpha": 0.5, "approximate": "tanh", "beta": 2.0, "threshold": 1.5,
+                  "min_val": -0.5, "max_val": 2.0}
+    layers = [torch.nn.Linear(16, 32)]
+    for row in activations.OPS.values():
+        arguments = {param.name: parameters[param.name] for param in row.params}
+        layers += [row.torch_module(**arguments), torch.nn.Linear(32, 32)]
+        if row.inplace == "flag":
+            layers += [row.torch_module(**arguments, inplace=True), torch.nn.Linear(32, 32)]
+    layers += [torch.nn.Softmax(dim=0), torch.nn.Linear(32, 8), torch.nn.LogSoftmax(dim=-1)]
+    model = torch.nn.Sequential(*layers).to(device)
+    ours = copy.deepcopy(model)
+    assert len(activations.swap_activations(ours)) == sum(not isinstance(layer, torch.nn.Linear) for layer in layers)
+    return model, ours
+
+
+def our_functions_traced(x):
+    """Our functions as traced code calls them: keywords, a dtype, the in-place forms."""
+    y = activations.gelu(x, approximate="tanh") + activations.softplus(x, 2.0, 1.5)
+    y = y + activations.softmax(x, 0, dtype=torch.float64).float() + activations.log_softmax(x, dim=1)
+    return y + activations.sigmoid_(x.clone()) + activations.tanh_(x.clone()) + activations.leaky_relu(x.clone(), 0.3, inplace=True)
+
+
+def torch_functions_traced(x):
+    y = F.gelu(x, approximate="tanh") + F.softplus(x, 2.0, 1.5)
+    y = y + torch.softmax(x, 0, dtype=torch.float64).float() + torch.log_softmax(x, dim=1)
+    return y + torch.sigmoid_(x.clone()) + torch.tanh_(x.clone()) + F.leaky_relu(x.clone(), 0.3, inplace=True)
+
+
+def traced(function, x):
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit's deprecation, and the tracer's own notes
+        return torch.jit.trace(function, x)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_jit_trace_records_torchs_operators(device):
+    """torch.jit.trace of a model or function with ours records torch's operators (what torch.onnx.export's
+    TorchScript-based exporter translates): the graph of torch's model traced, and torch's values and gradients
+    on a new input, bit for bit."""
+    torch.manual_seed(fresh_seed())
+    model, ours = torch_model_and_ours(device)
+    x = torch.randn(4, 16, device=device)
+
+    def recorded(traced_code):
+        # torch's ReLU6 module calls hardtanh, and torch.nn.functional.relu6 (our relu6's torch function) relu6,
+        # which is hardtanh(x, 0, 6): the same bits.
+        kinds = [node.kind() for node in traced_code.inlined_graph.nodes() if not node.kind().startswith("prim::")]
+        return [kind.replace("aten::relu6", "aten::hardtanh") for kind in kinds]
+
+    for torchs, ours_traced in ((model, traced(ours, x)), (torch_functions_traced, traced(our_functions_traced, x))):
+        torchs_traced = traced(torchs, x)
+        assert recorded(ours_traced) == recorded(torchs_traced)
+        assert not any(kind.startswith("activations::") for kind in recorded(ours_traced))
+        new_x = torch.randn(4, 16, device=device, requires_grad=True)
+        y, y_torch = ours_traced(new_x), torchs(new_x)
+        torch.testing.assert_close(y, y_torch, rtol=0, atol=0)
+        weights = [new_x, *(torchs.parameters() if isinstance(torchs, torch.nn.Module) else ())]
+        ours_weights = [new_x, *(ours_traced.parameters() if isinstance(torchs, torch.nn.Module) else ())]
+        for a, b in zip(torch.autograd.grad(y.square().sum(), ours_weights),
+                        torch.autograd.grad(y_torch.square().sum(), weights)):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript-exporter", "dynamo-exporter"])
+def test_onnx_export_gives_torchs_graph(dynamo):
+    """torch.onnx.export of a model with ours writes the ONNX graph of the same model with torch's (nodes,
+    attributes and weights), with either exporter. With ours in its graph the TorchScript-based exporter failed on
+    every op but the in-place ones, which it left out of the graph."""
+    onnx = pytest.importorskip("onnx")
+    if dynamo:
+        pytest.importorskip("onnxscript")
+    from onnx import numpy_helper
+
+    torch.manual_seed(fresh_seed())
+    model, ours = torch_model_and_ours("cpu")
+    x = torch.randn(4, 16)
+
+    def exported_graph(m):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if dynamo:
+                graph = torch.onnx.export(m, (x,), dynamo=True, verbose=False).model_proto.graph
+            else:
+                buffer = io.BytesIO()
+                torch.onnx.export(m, (x,), buffer, dynamo=False)
+                graph = onnx.load_from_string(buffer.getvalue()).graph
+        def value(attribute):
+            value = onnx.helper.get_attribute_value(attribute)
+            return numpy_helper.to_array(value).tolist() if isinstance(value, onnx.TensorProto) else value
+        nodes = [(node.op_type, [(a.name, value(a)) for a in node.attribute]) for node in graph.node]
+        return nodes, [numpy_helper.to_array(tensor).tolist() for tensor in graph.initializer]
+
+    nodes, weights = exported_graph(ours)
+    torch_nodes, torch_weights = exported_graph(model)
+    assert nodes == torch_nodes
+    assert weights == torch_weights
+    assert {"Elu", "LeakyRelu", "Softmax", "LogSoftmax"} <= {op for op, _ in nodes}
+
+
 # ---------------------------------------------------------------------------------------------------------------
 # Swapping torch's activation modules for ours
 
