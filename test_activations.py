@@ -2143,8 +2143,9 @@ def traced(function, x):
 @pytest.mark.parametrize("device", DEVICES)
 def test_jit_trace_records_torchs_operators(device):
     """torch.jit.trace of a model or function with ours records torch's operators (what torch.onnx.export's
-    TorchScript-based exporter translates): the graph of torch's model traced, and torch's values and gradients
-    on a new input, bit for bit."""
+    TorchScript-based exporter translates): the graph of torch's model traced, whose values and gradients on a new
+    input it gives bit for bit (TorchScript runs its own derivative formulas on CUDA, 1 ulp from eager's), and
+    eager's within tolerance."""
     torch.manual_seed(fresh_seed())
     model, ours = torch_model_and_ours(device)
     x = torch.randn(4, 16, device=device)
@@ -2160,13 +2161,14 @@ def test_jit_trace_records_torchs_operators(device):
         assert recorded(ours_traced) == recorded(torchs_traced)
         assert not any(kind.startswith("activations::") for kind in recorded(ours_traced))
         new_x = torch.randn(4, 16, device=device, requires_grad=True)
-        y, y_torch = ours_traced(new_x), torchs(new_x)
-        torch.testing.assert_close(y, y_torch, rtol=0, atol=0)
-        weights = [new_x, *(torchs.parameters() if isinstance(torchs, torch.nn.Module) else ())]
-        ours_weights = [new_x, *(ours_traced.parameters() if isinstance(torchs, torch.nn.Module) else ())]
-        for a, b in zip(torch.autograd.grad(y.square().sum(), ours_weights),
-                        torch.autograd.grad(y_torch.square().sum(), weights)):
+        results = []
+        for code in (ours_traced, torchs_traced, torchs):
+            y = code(new_x)
+            weights = [new_x, *(code.parameters() if isinstance(code, torch.nn.Module) else ())]
+            results.append([y, *torch.autograd.grad(y.square().sum(), weights)])
+        for a, b, eager in zip(*results):
             torch.testing.assert_close(a, b, rtol=0, atol=0)
+            torch.testing.assert_close(a, eager)
 
 
 @pytest.mark.parametrize("dynamo", [False, True], ids=["torchscript-exporter", "dynamo-exporter"])
