@@ -813,6 +813,17 @@ FUSE_UNDER_COMPILE = True
 
 _compiler = torch.compiler
 
+# A dtype the kernels lack (integers, bool, complex; the operators refuse them with a TypeError) goes to torch's
+# function, which gives torch's result or raises torch's error: torch.relu, relu6 and hardtanh keep integers,
+# sigmoid, tanh and softsign make floats of them, sigmoid and tanh take complex numbers, the others (and softmax
+# without a floating-point dtype=) refuse all of these. The try costs nothing until the operator raises (from
+# Python 3.11 on; a few ns before).
+_KERNEL_DTYPES = frozenset((torch.float32, torch.float64, torch.float16, torch.bfloat16))
+
+
+def _kernels_lack_dtype_of(x):
+    return isinstance(x, torch.Tensor) and x.dtype not in _KERNEL_DTYPES
+
 
 _FUNCTION = """
 def {name}(x{signature}{inplace_parameter}):
@@ -821,7 +832,12 @@ def {name}(x{signature}{inplace_parameter}):
         return _on_dtensor({name}, x{call})
     if _compiling() or _compiler._is_exporting_flag:
         return _torch_functions[{name!r}](x{call}) if FUSE_UNDER_COMPILE else _ops.{name}.default(x{call})
-    return _ops_raw[{name!r}](x{call})
+    try:
+        return _ops_raw[{name!r}](x{call})
+    except TypeError:
+        if not _kernels_lack_dtype_of(x):
+            raise
+    return _torch_functions[{name!r}](x{call})  # outside the except: torch's error is not chained to ours
 """
 
 _INPLACE_FUNCTION = """
@@ -831,8 +847,14 @@ def {name}_(x{signature}):
         return x.copy_(_on_dtensor({name}, x{call}))
     if _compiling() or _compiler._is_exporting_flag:
         (_torch_functions[{name!r} + "_"] if FUSE_UNDER_COMPILE else _ops.{name}_.default)(x{call})
-    else:
+        return x
+    try:
         _ops_raw[{name!r} + "_"](x{call})
+        return x
+    except TypeError:
+        if not _kernels_lack_dtype_of(x):
+            raise
+    _torch_functions[{name!r} + "_"](x{call})
     return x
 """
 
@@ -972,7 +994,12 @@ def softmax(x, dim=None, dtype=None):
         return _ops.softmax.default(x, dim, dtype)
     if _compiler._is_exporting_flag and _onnx_exporting():
         return torch.softmax(x, dim, dtype=dtype)
-    return _ops_raw["softmax"](x, dim, dtype)
+    try:
+        return _ops_raw["softmax"](x, dim, dtype)
+    except TypeError:
+        if not (_kernels_lack_dtype_of(x) if dtype is None else dtype not in _KERNEL_DTYPES):
+            raise
+    return torch.softmax(x, dim, dtype=dtype)
 
 
 def log_softmax(x, dim=None, dtype=None):
@@ -986,7 +1013,12 @@ def log_softmax(x, dim=None, dtype=None):
         return _ops.log_softmax.default(x, dim, dtype)
     if _compiler._is_exporting_flag and _onnx_exporting():
         return torch.log_softmax(x, dim, dtype=dtype)
-    return _ops_raw["log_softmax"](x, dim, dtype)
+    try:
+        return _ops_raw["log_softmax"](x, dim, dtype)
+    except TypeError:
+        if not (_kernels_lack_dtype_of(x) if dtype is None else dtype not in _KERNEL_DTYPES):
+            raise
+    return torch.log_softmax(x, dim, dtype=dtype)
 
 
 # The modules resolve an implicit dim themselves: in TorchScript the functions are the operators, which need one.

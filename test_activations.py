@@ -1083,10 +1083,12 @@ def test_modules_match_torch_modules(name, device):
 
 @pytest.mark.parametrize("name", activations.OPS)
 def test_bad_inputs_give_clear_errors(name):
+    # The operators refuse the dtypes the kernels lack (the functions hand those to torch's: see
+    # test_dtypes_the_kernels_lack_get_torchs_result_or_error).
     for dtype in (torch.int32, torch.int64, torch.bool, torch.complex64, torch.uint8):
         x = torch.zeros(3, dtype=dtype)
         with pytest.raises(TypeError, match=rf"activations\.{name}: unsupported dtype torch\.{str(dtype)[6:]}"):
-            getattr(activations, name)(x)
+            getattr(torch.ops.activations, name)(x)
     with pytest.raises(RuntimeError, match="Tensor"):
         getattr(activations, name)([1.0, -1.0])
 
@@ -1469,6 +1471,8 @@ def test_softmax_dims_layouts_and_edge_cases_match_torch(name, device):
     integers = torch.arange(12, device=device).view(3, 4)
     torch.testing.assert_close(ours(integers, 0, dtype=torch.float32), theirs(integers, 0, dtype=torch.float32))
     with pytest.raises(TypeError, match="unsupported dtype torch.int64"):
+        getattr(torch.ops.activations, name)(integers, 0)  # the function hands it to torch's, which refuses it too
+    with pytest.raises(NotImplementedError):
         ours(integers, 0)
     with pytest.raises(IndexError):
         ours(base, 3)
@@ -2074,6 +2078,57 @@ def test_torchscript_calls_our_operators(device):
     y_torch = uses_torch_functions(x)
     torch.testing.assert_close(y, y_torch)
     torch.testing.assert_close(torch.autograd.grad(y.sum(), x)[0], torch.autograd.grad(y_torch.sum(), x)[0])
+
+
+def outcome(function, x, *args, **kwargs):
+    """What a call gives: ("result", the input after the call, the result), or ("error", the exception's type)."""
+    try:
+        result = function(x, *args, **kwargs)
+    except (TypeError, RuntimeError, NotImplementedError) as error:
+        return ("error", type(error))
+    return ("result", x, result)
+
+
+def assert_same_outcome(got, expected):
+    assert got[0] == expected[0], (got, expected)
+    if got[0] == "error":
+        assert got == expected
+        return
+    for a, b in zip(got[1:], expected[1:]):
+        assert a.dtype == b.dtype, (a, b)
+        torch.testing.assert_close(a, b, rtol=0, atol=0, equal_nan=True)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_dtypes_the_kernels_lack_get_torchs_result_or_error(device):
+    """Integers, bool and complex numbers go to torch's function: torch's result, bit for bit in torch's dtype (relu,
+    relu6 and hardtanh keep integers, sigmoid, tanh and softsign make floats of them, sigmoid and tanh take complex
+    numbers) or torch's exception, from every function, in-place function and module, and from softmax."""
+    values = [-7.0, -1.5, 0.0, 1.0, 2.5, 6.0, 9.0]
+    dtypes = [torch.int8, torch.int16, torch.int32, torch.int64, torch.uint8, torch.bool, torch.complex64,
+              torch.complex128]
+    results = collections.Counter()
+    for dtype in dtypes:
+        x = torch.tensor(values, device=device)
+        x = (x + 0.5j * x.flip(0)).to(dtype) if dtype.is_complex else x.to(torch.int64).to(dtype)
+        for row in activations.OPS.values():
+            module = getattr(activations, row.torch_module.__name__)
+            pairs = [(row.function, row.torch_function), (module(), row.torch_module())]
+            if row.inplace == "flag":
+                pairs.append((getattr(activations, row.name + "_"),
+                              functools.partial(getattr(F, row.name), inplace=True)))
+            elif row.inplace == "function":
+                pairs.append((getattr(activations, row.name + "_"), getattr(torch, row.name + "_")))
+            for ours, torchs in pairs:
+                expected = outcome(torchs, x.clone())
+                assert_same_outcome(outcome(ours, x.clone()), expected)
+                results[expected[0]] += 1
+        for dim_and_dtype in ((0,), (0, torch.int64)):
+            for ours, torchs in ((activations.softmax, torch.softmax), (activations.log_softmax, torch.log_softmax)):
+                assert_same_outcome(outcome(ours, x, *dim_and_dtype), outcome(torchs, x, *dim_and_dtype))
+        # With a floating-point dtype= our kernels take any input, converted first.
+        torch.testing.assert_close(activations.softmax(x, 0, torch.float64), torch.softmax(x, 0, torch.float64))
+    assert results["result"] >= 30 and results["error"] >= 30, results  # both kinds are checked
 
 
 def test_sparse_and_nested_tensors_are_refused():
