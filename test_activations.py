@@ -946,6 +946,20 @@ def test_inplace_autograd_errors_match_torch(name, device):
     ours_inplace(name)(a)
     with pytest.raises(RuntimeError, match="modified by an inplace operation"):
         b.sum().backward()
+    # Overwritten in inference mode, where autograd is off: the version still moves (the backward gave wrong
+    # gradients without an error before our in-place operators had a kernel on the ADInplaceOrView key).
+    a = leaf * 1.0
+    b = a * a
+    with torch.inference_mode():
+        ours_inplace(name)(a)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        b.sum().backward()
+    # An inference tensor has no version: it can be written in place in inference mode only, as with torch's.
+    with torch.inference_mode():
+        frozen = torch.randn(10, device=device)
+        ours_inplace(name)(frozen)
+    with pytest.raises(RuntimeError, match="Inplace update to inference tensor outside InferenceMode"):
+        ours_inplace(name)(frozen)
     # Expanded (self-overlapping) tensors cannot be written in place.
     with pytest.raises(RuntimeError, match="more than one element"):
         ours_inplace(name)(torch.randn(1, 4, device=device).expand(3, 4))

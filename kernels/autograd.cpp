@@ -520,6 +520,21 @@ void not_differentiable_autograd(const c10::OperatorHandle& op, c10::DispatchKey
   below_autograd(keys, [&](auto below) { op.redispatchBoxed(below, stack); });
 }
 
+// The in-place operators on the ADInplaceOrView key, as torch's generated ADInplaceOrView kernels: the op below
+// it, then the version bump. Our autograd kernels go below this key themselves and bump the version, so this runs
+// only where they do not run: in inference mode, on a tensor that is not an inference tensor (autograd is off there,
+// but a tensor saved for a backward before and overwritten there must still show it, or that backward gives wrong
+// gradients without an error, as ours did), and on an inference tensor outside inference mode (which has no
+// version: the bump raises torch's error, as torch's in-place ops do; like theirs, after the write).
+void inplace_or_view_kernel(const c10::OperatorHandle& op, c10::DispatchKeySet keys, Stack* stack) {
+  const Tensor written = torch::jit::peek(*stack, 0, op.schema().arguments().size()).toTensor();
+  {
+    const at::AutoDispatchBelowADInplaceOrView below;
+    op.redispatchBoxed(keys & c10::after_ADInplaceOrView_keyset, stack);
+  }
+  autograd::increment_version(written);
+}
+
 // ---------------------------------------------------------------------------------------------------------------
 // vmap: the batching rule of every operator. An elementwise op under vmap is the same op on the tensor beneath,
 // its batch dimension moved to the front (unbatched operands expanded to the batch size). A mask holds the bits
@@ -651,6 +666,17 @@ TORCH_LIBRARY_IMPL(activations, Autograd, m) {
   m.impl("forward_with_mask", CppFunction::makeFromBoxedFunction<&forward_autograd>());
   m.impl("forward_with_mask_", CppFunction::makeFromBoxedFunction<&forward_inplace_autograd>());
   m.impl("backward_", CppFunction::makeFromBoxedFunction<&not_differentiable_autograd>());
+}
+
+TORCH_LIBRARY_IMPL(activations, ADInplaceOrView, m) {
+  using torch::CppFunction;
+  for (const OpRow& row : kOpRows) {
+    if (row.inplace) {
+      m.impl((std::string(row.name) + "_").c_str(), CppFunction::makeFromBoxedFunction<&inplace_or_view_kernel>());
+    }
+  }
+  m.impl("forward_with_mask_", CppFunction::makeFromBoxedFunction<&inplace_or_view_kernel>());
+  m.impl("backward_", CppFunction::makeFromBoxedFunction<&inplace_or_view_kernel>());
 }
 
 TORCH_LIBRARY_IMPL(activations, FuncTorchBatched, m) {
