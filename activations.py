@@ -189,7 +189,7 @@ def op_table_header():
                 params.append("*")
             kind = "str" if param.name in row.choices else "float"
             params.append(f"{kind} {param.name}={_schema_default(param.default)}")
-        arguments = ", ".join(["Tensor x"] + params)
+        arguments = ", ".join(["Tensor input"] + params)
         choices = [("|".join(row.choices[p.name]) if p.name in row.choices else "") for p in row.params]
         constants = ", ".join(repr(float(c)) for c in row.constants) or "0.0"
         rows.append(
@@ -826,43 +826,43 @@ def _kernels_lack_dtype_of(x):
 
 
 _FUNCTION = """
-def {name}(x{signature}{inplace_parameter}):
+def {name}(input{signature}{inplace_parameter}):
     \"\"\"{doc}\"\"\"
-{inplace_branch}    if type(x) is not _Tensor and _is_dtensor(x):
-        return _on_dtensor({name}, x{call})
+{inplace_branch}    if type(input) is not _Tensor and _is_dtensor(input):
+        return _on_dtensor({name}, input{call})
     if _compiling() or _compiler._is_exporting_flag:
-        return _torch_functions[{name!r}](x{call}) if FUSE_UNDER_COMPILE else _ops.{name}.default(x{call})
+        return _torch_functions[{name!r}](input{call}) if FUSE_UNDER_COMPILE else _ops.{name}.default(input{call})
     try:
-        return _ops_raw[{name!r}](x{call})
+        return _ops_raw[{name!r}](input{call})
     except TypeError:
-        if not _kernels_lack_dtype_of(x):
+        if not _kernels_lack_dtype_of(input):
             raise
-    return _torch_functions[{name!r}](x{call})  # outside the except: torch's error is not chained to ours
+    return _torch_functions[{name!r}](input{call})  # outside the except: torch's error is not chained to ours
 """
 
 _INPLACE_FUNCTION = """
-def {name}_(x{signature}):
-    \"\"\"{name} in place, as torch's; returns x.\"\"\"
-    if type(x) is not _Tensor and _is_dtensor(x):
-        return x.copy_(_on_dtensor({name}, x{call}))
+def {name}_(input{signature}):
+    \"\"\"{name} in place, as torch's; returns input.\"\"\"
+    if type(input) is not _Tensor and _is_dtensor(input):
+        return input.copy_(_on_dtensor({name}, input{call}))
     if _compiling() or _compiler._is_exporting_flag:
-        (_torch_functions[{name!r} + "_"] if FUSE_UNDER_COMPILE else _ops.{name}_.default)(x{call})
-        return x
+        (_torch_functions[{name!r} + "_"] if FUSE_UNDER_COMPILE else _ops.{name}_.default)(input{call})
+        return input
     try:
-        _ops_raw[{name!r} + "_"](x{call})
-        return x
+        _ops_raw[{name!r} + "_"](input{call})
+        return input
     except TypeError:
-        if not _kernels_lack_dtype_of(x):
+        if not _kernels_lack_dtype_of(input):
             raise
-    _torch_functions[{name!r} + "_"](x{call})
-    return x
+    _torch_functions[{name!r} + "_"](input{call})
+    return input
 """
 
 _MODULE = """
 class {cls}(torch.nn.{cls}):
     \"\"\"torch.nn.{cls} running our kernels (a subclass: isinstance checks and state dicts keep working).\"\"\"
 
-    def forward(self, x):
+    def forward(self, input):
 {forward}"""
 
 
@@ -881,15 +881,16 @@ def _python_sources(row):
     sources = _FUNCTION.format(
         name=row.name, signature=signature, doc=doc, call=call,
         inplace_parameter=", inplace=False" if flag else "",
-        inplace_branch=f"    if inplace:\n        return {row.name}_(x{call})\n" if flag else "",
+        inplace_branch=f"    if inplace:\n        return {row.name}_(input{call})\n" if flag else "",
     )
     if row.inplace:
         sources += _INPLACE_FUNCTION.format(name=row.name, signature=signature, call=call)
-    # The module calls the in-place function as a statement and returns x, which TorchScript can compile too: there
-    # the functions are the operators (see TorchScript below), and an in-place operator returns nothing.
-    forward = f"        return {row.name}(x{attributes})\n"
+    # The module calls the in-place function as a statement and returns its input, which TorchScript can compile too:
+    # there the functions are the operators (see TorchScript below), and an in-place operator returns nothing.
+    forward = f"        return {row.name}(input{attributes})\n"
     if flag:
-        forward = f"        if self.inplace:\n            {row.name}_(x{attributes})\n            return x\n" + forward
+        forward = (f"        if self.inplace:\n            {row.name}_(input{attributes})\n            return input\n"
+                   + forward)
     sources += _MODULE.format(cls=row.torch_module.__name__, forward=forward)
     return sources
 
@@ -983,57 +984,47 @@ def _onnx_exporting():
     return onnx is not None and onnx.is_in_onnx_export()
 
 
-def softmax(x, dim=None, dtype=None):
+def _reduction(name, input, dim, dtype):
+    """softmax or log_softmax (name) of input over dim, once dim is known."""
+    if type(input) is not _Tensor and _is_dtensor(input):
+        return _on_dtensor(globals()[name], input, dim, dtype, reduced_dim=dim)
+    if _compiling():
+        return getattr(_ops, name).default(input, dim, dtype)
+    if _compiler._is_exporting_flag and _onnx_exporting():
+        return REDUCTIONS[name].torch_function(input, dim, dtype=dtype)
+    try:
+        return _ops_raw[name](input, dim, dtype)
+    except TypeError:
+        if not (_kernels_lack_dtype_of(input) if dtype is None else dtype not in _KERNEL_DTYPES):
+            raise
+    return REDUCTIONS[name].torch_function(input, dim, dtype=dtype)
+
+
+def softmax(input, dim=None, dtype=None):
     """softmax over dim, as torch.softmax: exp(x - max) / sum(exp(x - max)), of x converted to dtype first when
     one is given (16-bit types computed in float). The backward keeps the output."""
-    if dim is None:
-        dim = _implicit_softmax_dim(x)
-    if type(x) is not _Tensor and _is_dtensor(x):
-        return _on_dtensor(softmax, x, dim, dtype, reduced_dim=dim)
-    if _compiling():
-        return _ops.softmax.default(x, dim, dtype)
-    if _compiler._is_exporting_flag and _onnx_exporting():
-        return torch.softmax(x, dim, dtype=dtype)
-    try:
-        return _ops_raw["softmax"](x, dim, dtype)
-    except TypeError:
-        if not (_kernels_lack_dtype_of(x) if dtype is None else dtype not in _KERNEL_DTYPES):
-            raise
-    return torch.softmax(x, dim, dtype=dtype)
+    return _reduction("softmax", input, _implicit_softmax_dim(input) if dim is None else dim, dtype)
 
 
-def log_softmax(x, dim=None, dtype=None):
+def log_softmax(input, dim=None, dtype=None):
     """log_softmax over dim, as torch.log_softmax: (x - max) - log(sum(exp(x - max))), of x converted to dtype first
     when one is given. The backward keeps the output."""
-    if dim is None:
-        dim = _implicit_softmax_dim(x)
-    if type(x) is not _Tensor and _is_dtensor(x):
-        return _on_dtensor(log_softmax, x, dim, dtype, reduced_dim=dim)
-    if _compiling():
-        return _ops.log_softmax.default(x, dim, dtype)
-    if _compiler._is_exporting_flag and _onnx_exporting():
-        return torch.log_softmax(x, dim, dtype=dtype)
-    try:
-        return _ops_raw["log_softmax"](x, dim, dtype)
-    except TypeError:
-        if not (_kernels_lack_dtype_of(x) if dtype is None else dtype not in _KERNEL_DTYPES):
-            raise
-    return torch.log_softmax(x, dim, dtype=dtype)
+    return _reduction("log_softmax", input, _implicit_softmax_dim(input) if dim is None else dim, dtype)
 
 
 # The modules resolve an implicit dim themselves: in TorchScript the functions are the operators, which need one.
 class Softmax(torch.nn.Softmax):
     """torch.nn.Softmax running our kernels (a subclass: isinstance checks and state dicts keep working)."""
 
-    def forward(self, x):
-        return softmax(x, self.dim if self.dim is not None else _implicit_softmax_dim(x))
+    def forward(self, input):
+        return softmax(input, self.dim if self.dim is not None else _implicit_softmax_dim(input))
 
 
 class LogSoftmax(torch.nn.LogSoftmax):
     """torch.nn.LogSoftmax running our kernels (a subclass: isinstance checks and state dicts keep working)."""
 
-    def forward(self, x):
-        return log_softmax(x, self.dim if self.dim is not None else _implicit_softmax_dim(x))
+    def forward(self, input):
+        return log_softmax(input, self.dim if self.dim is not None else _implicit_softmax_dim(input))
 
 
 for _name in REDUCTIONS:

@@ -2094,6 +2094,27 @@ def test_torchscript_calls_our_operators(device):
     torch.testing.assert_close(torch.autograd.grad(y.sum(), x)[0], torch.autograd.grad(y_torch.sum(), x)[0])
 
 
+def test_functions_and_modules_take_torchs_keywords():
+    """A call written for torch's function (input= and every parameter by keyword, inplace= where torch has it) or
+    module (forward(input=...)) runs on ours with the same result."""
+    torch.manual_seed(fresh_seed())
+    x = torch.randn(64, dtype=torch.float64)
+    for row in activations.OPS.values():
+        torch_function = getattr(F, row.name)
+        keywords = {param.name: param.default for param in row.params}
+        torch.testing.assert_close(row.function(input=x, **keywords), torch_function(input=x, **keywords))
+        module = getattr(activations, row.torch_module.__name__)
+        torch.testing.assert_close(module(**keywords)(input=x), row.torch_module(**keywords)(input=x))
+        if row.inplace == "flag":
+            ours_written, torchs_written = x.clone(), x.clone()
+            row.function(input=ours_written, **keywords, inplace=True)
+            torch_function(input=torchs_written, **keywords, inplace=True)
+            torch.testing.assert_close(ours_written, torchs_written)
+    for name in activations.REDUCTIONS:
+        torch.testing.assert_close(getattr(activations, name)(input=x, dim=0, dtype=torch.float32),
+                                   getattr(torch, name)(input=x, dim=0, dtype=torch.float32))
+
+
 def outcome(function, x, *args, **kwargs):
     """What a call gives: ("result", the input after the call, the result), or ("error", the exception's type)."""
     try:

@@ -5,7 +5,7 @@
 //
 // Every operator has one boxed kernel for all activations: it reads its row of the op table by the operator's
 // name. Public operators, one pair per row:
-//   NAME(Tensor x, <torch's parameters>) -> Tensor           NAME_(Tensor(a!) x, <parameters>) -> ()   (in place)
+//   NAME(Tensor input, <torch's parameters>) -> Tensor   NAME_(Tensor(a!) input, <parameters>) -> ()   (in place)
 // Internal ones, shared by all rows (`args`: the functor's arguments, as functor_args makes them; `saved_as`:
 // "mask", "input" or "output"):
 //   forward_with_mask(x, activation, args) -> (y, mask)      forward_with_mask_(x!, activation, args) -> mask
@@ -394,7 +394,8 @@ TORCH_LIBRARY(activations, m) {
     m.def((std::string(row.name) + row.arguments + " -> Tensor").c_str());
     if (row.inplace) {
       std::string arguments(row.arguments);
-      arguments.replace(0, 9, "(Tensor(a!) x");  // "(Tensor x" -> "(Tensor(a!) x"
+      const std::string tensor = "(Tensor ";
+      arguments.replace(0, tensor.size(), "(Tensor(a!) ");  // the input is written
       m.def((std::string(row.name) + "_" + arguments + " -> ()").c_str());
     }
   }

@@ -50,7 +50,7 @@ inline int choice_index(std::string_view choices, std::string_view value) {
 }
 
 inline std::string parameter_name(const OpRow& row, int i) {
-  // The schema's arguments read "(Tensor x, float negative_slope=0.01, ...)": the name of parameter i.
+  // The schema's arguments read "(Tensor input, float negative_slope=0.01, ...)": the name of parameter i.
   std::string_view arguments(row.arguments);
   for (int skipped = 0; skipped <= i; ++skipped) arguments.remove_prefix(arguments.find(',') + 1);
   arguments.remove_prefix(arguments.find_first_not_of(" *,"));

@@ -1,8 +1,8 @@
 // Softmax and log_softmax: the operators' schemas and their CPU, CUDA and Meta kernels (the CPU loops are in
 // softmax_cpu.cpp, the CUDA kernels in softmax.cu, the autograd layer and batching rule in softmax_autograd.cpp).
 //
-//   softmax(Tensor x, int dim, ScalarType? dtype=None) -> Tensor        as torch.softmax (x converted to dtype first)
-//   log_softmax(Tensor x, int dim, ScalarType? dtype=None) -> Tensor    as torch.log_softmax
+//   softmax(Tensor input, int dim, ScalarType? dtype=None) -> Tensor    as torch.softmax (input converted to dtype first)
+//   log_softmax(Tensor input, int dim, ScalarType? dtype=None) -> Tensor    as torch.log_softmax
 //   softmax_backward(Tensor grad_output, Tensor output, int dim) -> Tensor       y * (g - sum(g * y))
 //   log_softmax_backward(Tensor grad_output, Tensor output, int dim) -> Tensor   g - exp(y) * sum(g)
 //
@@ -139,8 +139,8 @@ void autocast_kernel(const c10::OperatorHandle& op, Stack* stack) {  // (x, dim,
 }  // namespace activations
 
 TORCH_LIBRARY_FRAGMENT(activations, m) {
-  m.def("softmax(Tensor x, int dim, ScalarType? dtype=None) -> Tensor");
-  m.def("log_softmax(Tensor x, int dim, ScalarType? dtype=None) -> Tensor");
+  m.def("softmax(Tensor input, int dim, ScalarType? dtype=None) -> Tensor");
+  m.def("log_softmax(Tensor input, int dim, ScalarType? dtype=None) -> Tensor");
   m.def("softmax_backward(Tensor grad_output, Tensor output, int dim) -> Tensor");
   m.def("log_softmax_backward(Tensor grad_output, Tensor output, int dim) -> Tensor");
 }
