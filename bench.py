@@ -5,6 +5,7 @@
     python bench.py --kernelbench              # only every KernelBench problem, timed as KernelBench times it
     python bench.py --vmap                     # only torch.func.vmap of every op
     python bench.py --models                   # only training steps of small networks, torch's modules against ours
+    python bench.py --ddp                      # only a DDP training step of the MLP over every GPU here (2 or more)
     python bench.py --main --kernelbench --models --json out.json   # the main run and the sections named
     python bench.py --sweep --plot gbps.png    # GB/s against size, 2^10 ... 2^31 elements
     python bench.py --overhead                 # only the cost of one small call
@@ -87,6 +88,11 @@ steps each; on the GPU also the kernels' time per step (torch.profiler over 10 s
 move. Activations: MLP and CNN relu, leaky_relu, elu, selu, silu, gelu, mish; transformer
 block gelu, silu (those in activations.OPS and --ops). Before timing, the two models' outputs are compared (relative
 error of the norm). On the CPU the sizes are scaled down.
+
+--ddp times one training step of --models's MLP (its GPU shape on each rank) under DistributedDataParallel over
+NCCL, one process per GPU (every GPU here; it needs two or more), with torch's modules and with ours (relu, gelu,
+silu, those in --ops): DDP_ROUNDS rounds, each timing DDP_STEPS steps of each in turn (the order swapped each round),
+wall clock on rank 0 (every rank waits for the others in the gradients' all-reduce); the best round of each.
 
 --main runs the main run beside the sections named (--kernelbench, --vmap, --models, --overhead, --sweep). --json
 writes every number as a list of dicts (key "kind": run, copy, cell, overhead, vmap, kernelbench, model, build),
@@ -1026,6 +1032,76 @@ def run_models(device, modes, ops=None):
 
 
 # ---------------------------------------------------------------------------------------------------------------
+# DDP training steps (--ddp)
+
+DDP_ACTIVATIONS = ("relu", "gelu", "silu")
+DDP_ROUNDS, DDP_STEPS = 5, 10
+
+
+def ddp_rank(rank, world_size, port, names, results_path):
+    """One process of --ddp: GPU `rank`, NCCL; times the MLP's DDP step with torch's modules and with ours. Every
+    rank runs the same steps in the same order (each step all-reduces the gradients); rank 0 writes the records."""
+    import torch.distributed as dist
+
+    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port))
+    torch.cuda.set_device(rank)
+    dist.init_process_group("nccl", rank=rank, world_size=world_size)
+    device = torch.device("cuda", rank)
+    shape = MODEL_SHAPES["cuda"]["mlp"]
+    records = []
+    try:
+        for name in names:
+            torch.manual_seed(0)
+            theirs = build_model("mlp", TORCH_MODULES[name], shape).to(device)
+            ours = copy.deepcopy(theirs)
+            activations.swap_activations(ours)
+            x = torch.randn(shape, device=device)
+            steps = {impl: training_step(nn.parallel.DistributedDataParallel(model, device_ids=[rank]), x, device)
+                     for impl, model in (("torch", theirs), ("ours", ours))}
+            best = {impl: float("inf") for impl in steps}
+            for round_ in range(DDP_ROUNDS + 1):  # round 0 warms up
+                for impl in (("torch", "ours") if round_ % 2 else ("ours", "torch")):
+                    torch.cuda.synchronize(device)
+                    start = time.perf_counter()
+                    for _ in range(DDP_STEPS):
+                        steps[impl]()
+                    torch.cuda.synchronize(device)
+                    if round_:
+                        best[impl] = min(best[impl], (time.perf_counter() - start) * 1000 / DDP_STEPS)
+            records.append({"kind": "ddp", "model": "mlp", "activation": name, "shape": list(shape),
+                            "world_size": world_size, "torch_ms": best["torch"], "ours_ms": best["ours"],
+                            "ratio": best["ours"] / best["torch"]})
+            del steps, theirs, ours, x
+            release(device)
+        if rank == 0:
+            torch.save(records, results_path)
+    finally:
+        dist.destroy_process_group()
+
+
+def run_ddp(ops=None):
+    """--ddp over every GPU here, one process each (torch.multiprocessing.spawn); returns rank 0's records."""
+    import socket
+
+    world_size = torch.cuda.device_count()
+    if world_size < 2:
+        return [{"kind": "ddp", "model": "mlp", "error": f"--ddp needs two or more GPUs; {world_size} here",
+                 "failed": True}]
+    with socket.socket() as probe:  # a free port for the rendezvous
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    names = [n for n in DDP_ACTIVATIONS if not ops or n in ops]
+    with tempfile.TemporaryDirectory() as folder:
+        path = os.path.join(folder, "ddp.pt")
+        torch.multiprocessing.spawn(ddp_rank, args=(world_size, port, names, path), nprocs=world_size)
+        records = torch.load(path)
+    for r in records:
+        print(f"ddp mlp {r['activation']} x {r['world_size']} GPUs: torch {r['torch_ms']:.3f} ms, ours "
+              f"{r['ours_ms']:.3f} ms, ours/torch {r['ratio']:.3f}", flush=True)
+    return records
+
+
+# ---------------------------------------------------------------------------------------------------------------
 # Build time (--build)
 
 # Run in a new process: how long `import activations` takes on top of `import torch`, and what it did.
@@ -1362,6 +1438,8 @@ def arguments(argv):
         help="training steps of an MLP, a CNN and a transformer MLP block; MODES: eager,compiled,compiled-ours "
         "(default: all on the GPU, eager on the CPU)",
     )
+    parser.add_argument("--ddp", action="store_true",
+                        help="a DDP training step of the MLP over every GPU here (NCCL), torch's modules against ours")
     parser.add_argument("--main", action="store_true", help="the main run too, beside the sections named")
     parser.add_argument(
         "--build",
@@ -1407,6 +1485,7 @@ def sections_of(args):
     named or with --main."""
     named = [name for name in ("sweep", "overhead", "vmap", "kernelbench", "softmax") if getattr(args, name)]
     named += ["models"] if args.models is not None else []
+    named += ["ddp"] if args.ddp else []
     sections = ["table", "overhead", "vmap"] if args.main or not named else []
     return sections + [name for name in named if name not in sections]
 
@@ -1679,6 +1758,8 @@ def main(argv=None):
             modes = args.models or (list(MODEL_MODES) if on_gpu else ["eager"])
             results[section] = run_models(device, modes, args.ops)
             print_models(results[section])
+        elif section == "ddp":
+            results[section] = run_ddp(args.ops)
         run["section_seconds"][section] = round(time.perf_counter() - begin, 1)
         print(f"({section}: {run['section_seconds'][section]:.0f} s)", flush=True)
         if args.json:  # after every section: a run cut short keeps what it finished

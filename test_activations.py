@@ -45,6 +45,8 @@ CUDA_REASON = (
     else None
 )
 requires_cuda = pytest.mark.skipif(CUDA_REASON is not None, reason=CUDA_REASON or "")
+TWO_GPUS_REASON = CUDA_REASON or (None if torch.cuda.device_count() >= 2 else "one CUDA GPU here; this needs two")
+requires_two_gpus = pytest.mark.skipif(TWO_GPUS_REASON is not None, reason=TWO_GPUS_REASON or "")
 DEVICES = ["cpu", pytest.param("cuda", marks=requires_cuda)]
 DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
 
@@ -2377,11 +2379,19 @@ def test_gradient_on_another_device_is_refused():
 
 
 @requires_cuda
+@pytest.mark.parametrize("device", ["cuda", pytest.param("cuda:1", marks=requires_two_gpus)])
 @pytest.mark.parametrize("name", list(activations.OPS))
-def test_cuda_graph_capture_and_replay_match_eager(name):
+def test_cuda_graph_capture_and_replay_match_eager(name, device):
+    """A CUDA graph captures an op's forward and backward (on the current GPU, or on the second one: captured with
+    it current) and its replay gives eager's results."""
+    with torch.cuda.device(device):
+        graph_capture_and_replay_match_eager(name, device)
+
+
+def graph_capture_and_replay_match_eager(name, device):
     f = ours(name)
-    x = torch.randn(4099, device="cuda", requires_grad=True)
-    grad = torch.randn(4099, device="cuda")
+    x = torch.randn(4099, device=device, requires_grad=True)
+    grad = torch.randn(4099, device=device)
     stream = torch.cuda.Stream()
     stream.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(stream):  # warm up on a side stream, as graph capture requires
@@ -2394,7 +2404,7 @@ def test_cuda_graph_capture_and_replay_match_eager(name):
         # The backward's seed is made inside the capture (an outside one ties the capture to the legacy stream).
         (g,) = torch.autograd.grad((y * grad).sum(), x)
     with torch.no_grad():
-        x.copy_(torch.randn(4099, device="cuda"))
+        x.copy_(torch.randn(4099, device=device))
     graph.replay()
     # Eager results only after the replay. With an eager backward before the capture, this test failed under
     # pytest on torch 2.11 ("would make the legacy stream depend on a capturing blocking stream"), though the
@@ -2403,6 +2413,43 @@ def test_cuda_graph_capture_and_replay_match_eager(name):
     (expected_g,) = torch.autograd.grad(expected_y, x, grad)
     torch.cuda.synchronize()
     assert torch.equal(y, expected_y.detach()) and torch.equal(g, expected_g)
+
+
+@requires_two_gpus
+def test_every_op_runs_on_the_second_gpu_while_the_first_is_current():
+    """With cuda:0 current, every op (forward, backward, in place; softmax and log_softmax over each dim) on a
+    tensor of cuda:1 gives its results on cuda:1, with the bits it gives on cuda:0 (the same kernels on the same
+    kind of GPU), allocates nothing on cuda:0, and leaves cuda:0 current."""
+    torch.cuda.set_device(0)
+    torch.manual_seed(fresh_seed())
+    x = sample(4096, torch.float32, "cpu", fresh_seed())
+    grad = torch.randn(4096)
+    calls = [(name, ours(name), ours_inplace(name) if CASES[name].op in INPLACE_OPS else None) for name in CASES]
+    for name in activations.REDUCTIONS:
+        for dim in (0, 1):
+            f = functools.partial(getattr(activations, name), dim=dim)
+            calls.append((f"{name} dim {dim}", lambda v, f=f: f(v.view(64, 64)).view(-1), None))
+    for name, f, f_inplace in calls:
+        results = {}
+        for device in ("cuda:0", "cuda:1"):
+            on_device = x.to(device).requires_grad_()
+            torch.cuda.synchronize(0)
+            allocated_on_0 = torch.cuda.memory_allocated(0)
+            y = f(on_device)
+            (g,) = torch.autograd.grad(y, on_device, grad.to(device))
+            written = None
+            if f_inplace is not None:
+                written = on_device.detach().clone()
+                f_inplace(written)
+            torch.cuda.synchronize(1)
+            if device == "cuda:1":
+                assert torch.cuda.memory_allocated(0) == allocated_on_0, f"{name}: allocated on cuda:0"
+            for t in (y, g, written):
+                assert t is None or t.device == torch.device(device), f"{name}: a result on {t.device}"
+            assert torch.cuda.current_device() == 0, f"{name}: changed the current device"
+            results[device] = [t.cpu() for t in (y, g, written) if t is not None]
+        for a, b in zip(results["cuda:0"], results["cuda:1"]):
+            assert torch.equal(as_bits(a), as_bits(b)), f"{name}: cuda:1 gave other bits than cuda:0"
 
 
 @requires_cuda
@@ -2735,23 +2782,23 @@ class DistributedTestModel(torch.nn.Module):
         return self.head(sum(branch(x) for branch in self.branches))
 
 
-def distributed_test_model(seed):
-    """DistributedTestModel in float64, weights from seed."""
+def distributed_test_model(seed, device="cpu"):
+    """DistributedTestModel in float64 on device, weights from seed (drawn on the CPU: the same on every device)."""
     torch.manual_seed(seed)
-    return DistributedTestModel().to(torch.float64)
+    return DistributedTestModel().to(torch.float64).to(device)
 
 
-def distributed_train(model, rank, world_size, seed):
-    """DISTRIBUTED_STEPS steps of SGD with momentum on a mean squared error; every rank draws the same batches
-    and trains on its own rows of each. Returns the losses of this rank's rows."""
+def distributed_train(model, rank, world_size, seed, device="cpu"):
+    """DISTRIBUTED_STEPS steps of SGD with momentum on a mean squared error; every rank draws the same batches (on
+    the CPU, then moved to device) and trains on its own rows of each. Returns the losses of this rank's rows."""
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
     batches = torch.Generator().manual_seed(seed + 1)
     rows = DISTRIBUTED_BATCH // world_size
     mine = slice(rank * rows, (rank + 1) * rows)
     losses = []
     for _ in range(DISTRIBUTED_STEPS):
-        x = torch.randn(DISTRIBUTED_BATCH, DISTRIBUTED_WIDTH, generator=batches, dtype=torch.float64)
-        target = torch.randn(DISTRIBUTED_BATCH, DISTRIBUTED_WIDTH, generator=batches, dtype=torch.float64)
+        x = torch.randn(DISTRIBUTED_BATCH, DISTRIBUTED_WIDTH, generator=batches, dtype=torch.float64).to(device)
+        target = torch.randn(DISTRIBUTED_BATCH, DISTRIBUTED_WIDTH, generator=batches, dtype=torch.float64).to(device)
         loss = F.mse_loss(model(x[mine]), target[mine])
         optimizer.zero_grad()
         loss.backward()
@@ -2767,27 +2814,34 @@ def _activation_types(model):
             if name and not isinstance(m, containers)]
 
 
-def distributed_worker(kind, rank, world_size, port, seed, output):
-    """One rank of a distributed test ("ddp", "fsdp2" or "dtensor"): joins the group through the test's store; for
-    "dtensor" saves dtensor_mismatches' list to output; else trains torch's model then ours, and saves
-    {flavour: {"params", "types", "losses"}} to output. If wrapping or training torch's own model fails under FSDP2,
-    it saves {"unsupported": the error} instead: that is torch's limitation."""
+def distributed_worker(kind, rank, world_size, port, seed, output, device_type="cpu"):
+    """One rank of a distributed test ("ddp", "fsdp2" or "dtensor"): joins the group through the test's store (over
+    gloo on the CPU; over NCCL on GPU `rank` when device_type is "cuda"); for "dtensor" saves dtensor_mismatches'
+    list to output; else trains torch's model then ours, and saves {flavour: {"params", "types", "losses"}} (the
+    parameters on the CPU) to output. If wrapping or training torch's own model fails under FSDP2, it saves
+    {"unsupported": the error} instead: that is torch's limitation."""
     import torch.distributed as dist
 
     timeout = datetime.timedelta(seconds=DISTRIBUTED_TIMEOUT_S)
     store = dist.TCPStore("127.0.0.1", port, world_size, is_master=False, timeout=timeout)
-    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=timeout)
+    device = "cpu"
+    if device_type == "cuda":
+        device = f"cuda:{rank}"
+        torch.cuda.set_device(rank)
+    dist.init_process_group("nccl" if device_type == "cuda" else "gloo", store=store, rank=rank,
+                            world_size=world_size, timeout=timeout)
     try:
         if kind == "dtensor":
             return torch.save(dtensor_mismatches(rank, world_size, seed), output)
         result = {}
         for flavour in ("torch", "ours"):
-            model = distributed_test_model(seed)
+            model = distributed_test_model(seed, device)
             if flavour == "ours":
                 activations.swap_activations(model)
             try:
                 if kind == "ddp":
-                    wrapped = torch.nn.parallel.DistributedDataParallel(model)
+                    wrapped = torch.nn.parallel.DistributedDataParallel(
+                        model, device_ids=[rank] if device_type == "cuda" else None)
                     inner = wrapped.module
                 else:
                     from torch.distributed.fsdp import fully_shard
@@ -2796,7 +2850,7 @@ def distributed_worker(kind, rank, world_size, port, seed, output):
                         if isinstance(layer, torch.nn.Linear):
                             fully_shard(layer)
                     wrapped = inner = fully_shard(model)
-                losses = distributed_train(wrapped, rank, world_size, seed)
+                losses = distributed_train(wrapped, rank, world_size, seed, device)
             except Exception as error:
                 if kind == "ddp" or flavour == "ours":
                     raise
@@ -2805,7 +2859,7 @@ def distributed_worker(kind, rank, world_size, port, seed, output):
             params = {}
             for name, p in inner.named_parameters():
                 p = p.detach()
-                params[name] = (p.full_tensor() if hasattr(p, "full_tensor") else p).clone()
+                params[name] = (p.full_tensor() if hasattr(p, "full_tensor") else p).cpu().clone()
             result[flavour] = {"params": params, "types": _activation_types(inner), "losses": losses}
         torch.save(result, output)
     finally:
@@ -2896,7 +2950,7 @@ def dtensor_mismatches(rank, world_size, seed):
     return mismatches
 
 
-def run_distributed(kind, seed, tmp_path):
+def run_distributed(kind, seed, tmp_path, device_type="cpu"):
     """Run distributed_worker on DISTRIBUTED_WORLD_SIZE processes; returns each rank's saved result."""
     import time
 
@@ -2913,7 +2967,7 @@ def run_distributed(kind, seed, tmp_path):
         for rank in range(DISTRIBUTED_WORLD_SIZE):
             code = (f"import sys; sys.path.insert(0, {HERE!r}); import test_activations; "
                     f"test_activations.distributed_worker({kind!r}, {rank}, {DISTRIBUTED_WORLD_SIZE}, {store.port}, "
-                    f"{seed}, {str(tmp_path / f'rank{rank}.pt')!r})")
+                    f"{seed}, {str(tmp_path / f'rank{rank}.pt')!r}, {device_type!r})")
             log = open(tmp_path / f"rank{rank}.log", "w+")
             logs.append(log)
             processes.append(subprocess.Popen([sys.executable, "-c", code], cwd=HERE, env=env, stdout=log,
@@ -2942,32 +2996,39 @@ def run_distributed(kind, seed, tmp_path):
     return [torch.load(tmp_path / f"rank{rank}.pt") for rank in range(DISTRIBUTED_WORLD_SIZE)]
 
 
+@pytest.mark.parametrize("device_type", ["cpu", pytest.param("cuda", marks=requires_two_gpus)])
 @pytest.mark.parametrize("kind", ["ddp", "fsdp2"])
-def test_distributed_training_matches_torch_activations(kind, tmp_path):
-    """2 CPU processes, gloo: DDP or FSDP2 training of a swapped model ends where torch's modules end."""
-    if not torch.distributed.is_available() or not torch.distributed.is_gloo_available():
-        pytest.skip("this torch has no torch.distributed with the gloo backend")
+def test_distributed_training_matches_torch_activations(kind, device_type, tmp_path):
+    """2 processes, on the CPU over gloo or one per GPU over NCCL: DDP or FSDP2 training of a swapped model ends
+    where torch's modules end."""
+    if not torch.distributed.is_available():
+        pytest.skip("this torch has no torch.distributed")
+    if device_type == "cpu" and not torch.distributed.is_gloo_available():
+        pytest.skip("this torch has no gloo backend")
+    if device_type == "cuda" and not torch.distributed.is_nccl_available():
+        pytest.skip("this torch has no NCCL backend")
     if kind == "fsdp2":
         try:
             from torch.distributed.fsdp import fully_shard  # noqa: F401
         except ImportError as error:
             pytest.skip(f"FSDP2 is not in this torch ({torch.__version__}): {error}")
     seed = fresh_seed()
-    results = run_distributed(kind, seed, tmp_path)
+    results = run_distributed(kind, seed, tmp_path, device_type)
     unsupported = {r["unsupported"] for r in results if "unsupported" in r}
     if unsupported:
-        pytest.skip(f"FSDP2 fails on CPU with gloo in torch {torch.__version__}, with torch's own modules: "
+        pytest.skip(f"FSDP2 fails on {device_type} in torch {torch.__version__}, with torch's own modules: "
                     + "; ".join(sorted(unsupported)))
     # One process trained on the whole batches, with torch's modules and with ours: DDP and FSDP2 average the
     # ranks' gradients, which is the gradient of the whole batch's mean loss, so they must end there too.
     expected = {}
+    reference_device = "cuda:0" if device_type == "cuda" else "cpu"
     for flavour in ("torch", "ours"):
-        reference = distributed_test_model(seed)
+        reference = distributed_test_model(seed, reference_device)
         if flavour == "ours":
             activations.swap_activations(reference)
-        initial = {name: p.detach().clone() for name, p in reference.named_parameters()}
-        distributed_train(reference, 0, 1, seed)
-        expected[flavour] = {name: p.detach() for name, p in reference.named_parameters()}
+        initial = {name: p.detach().cpu().clone() for name, p in reference.named_parameters()}
+        distributed_train(reference, 0, 1, seed, reference_device)
+        expected[flavour] = {name: p.detach().cpu() for name, p in reference.named_parameters()}
 
     torch_types = [f"{type(a).__module__}.{type(a).__qualname__}" for a in DISTRIBUTED_ACTIVATIONS]
     tight = dict(rtol=1e-12, atol=1e-12)
