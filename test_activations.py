@@ -2449,6 +2449,7 @@ def test_every_op_runs_on_the_second_gpu_while_the_first_is_current():
                 assert t is None or t.device == torch.device(device), f"{name}: a result on {t.device}"
             assert torch.cuda.current_device() == 0, f"{name}: changed the current device"
             results[device] = [t.cpu() for t in (y, g, written) if t is not None]
+            del on_device, y, g, written  # cuda:0's memory back where it was before cuda:1's turn
         for a, b in zip(results["cuda:0"], results["cuda:1"]):
             assert torch.equal(as_bits(a), as_bits(b)), f"{name}: cuda:1 gave other bits than cuda:0"
 
