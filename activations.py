@@ -1001,14 +1001,14 @@ def _reduction(name, input, dim, dtype):
 
 
 def softmax(input, dim=None, dtype=None):
-    """softmax over dim, as torch.softmax: exp(x - max) / sum(exp(x - max)), of x converted to dtype first when
-    one is given (16-bit types computed in float). The backward keeps the output."""
+    """softmax over dim, as torch.softmax: exp(x - max) / sum(exp(x - max)) of x, the input converted to dtype
+    first when one is given (16-bit types computed in float). The backward keeps the output."""
     return _reduction("softmax", input, _implicit_softmax_dim(input) if dim is None else dim, dtype)
 
 
 def log_softmax(input, dim=None, dtype=None):
-    """log_softmax over dim, as torch.log_softmax: (x - max) - log(sum(exp(x - max))), of x converted to dtype first
-    when one is given. The backward keeps the output."""
+    """log_softmax over dim, as torch.log_softmax: (x - max) - log(sum(exp(x - max))) of x, the input converted to
+    dtype first when one is given. The backward keeps the output."""
     return _reduction("log_softmax", input, _implicit_softmax_dim(input) if dim is None else dim, dtype)
 
 
