@@ -2457,15 +2457,17 @@ def test_every_op_runs_on_the_second_gpu_while_the_first_is_current():
 @pytest.mark.parametrize("device", DEVICES)
 def test_results_are_deterministic(device):
     """Under torch.use_deterministic_algorithms(True) every op runs without a warning or an error, and two runs give
-    the same bits: forward and backward of each case, softmax and log_softmax over long rows (the cluster kernels
-    on the GPU) and over a leading dim. (The kernels use no atomics: every sum has a fixed order.)"""
+    the same bits: forward and backward of each case, softmax and log_softmax over rows of 2^19 (on the GPU the
+    two-pass kernels, whose blocks combine partial sums) and of 2^17 (a thread-block cluster's), and over a
+    leading dim. (The kernels use no atomics: every sum has a fixed order.)"""
     torch.manual_seed(fresh_seed())
-    x = torch.randn(1 << 18, device=device)
-    grad = torch.randn(1 << 18, device=device)
+    x = torch.randn(1 << 19, device=device)
+    grad = torch.randn(1 << 19, device=device)
     calls = [ours(name) for name in CASES]
     for name in activations.REDUCTIONS:
         f = getattr(activations, name)
-        calls += [lambda v, f=f: f(v.view(2, -1), -1).view(-1), lambda v, f=f: f(v.view(64, -1), 0).view(-1)]
+        calls += [lambda v, f=f, rows=rows: f(v.view(rows, -1), -1).view(-1) for rows in (1, 4)]
+        calls.append(lambda v, f=f: f(v.view(64, -1), 0).view(-1))
     previous = torch.are_deterministic_algorithms_enabled()
     torch.use_deterministic_algorithms(True)
     try:
