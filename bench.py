@@ -95,7 +95,7 @@ silu, those in --ops): DDP_ROUNDS rounds, each timing DDP_STEPS steps of each in
 wall clock on rank 0 (every rank waits for the others in the gradients' all-reduce); the best round of each.
 
 --main runs the main run beside the sections named (--kernelbench, --vmap, --models, --overhead, --sweep). --json
-writes every number as a list of dicts (key "kind": run, copy, cell, overhead, vmap, kernelbench, model, build),
+writes every number as a list of dicts (key "kind": run, copy, cell, overhead, vmap, kernelbench, model, ddp, build),
 rewritten after each section so that a run cut short keeps what it finished.
 
 --softmax times softmax and log_softmax (activations.REDUCTIONS) over the last dim of the shapes in SOFTMAX_SHAPES
