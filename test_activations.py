@@ -2217,13 +2217,15 @@ def our_functions_traced(x):
     """Our functions as traced code calls them: keywords, a dtype, the in-place forms."""
     y = activations.gelu(x, approximate="tanh") + activations.softplus(x, 2.0, 1.5)
     y = y + activations.softmax(x, 0, dtype=torch.float64).float() + activations.log_softmax(x, dim=1)
-    return y + activations.sigmoid_(x.clone()) + activations.tanh_(x.clone()) + activations.leaky_relu(x.clone(), 0.3, inplace=True)
+    y = y + activations.sigmoid_(x.clone()) + activations.tanh_(x.clone())
+    return y + activations.leaky_relu(x.clone(), 0.3, inplace=True)
 
 
 def torch_functions_traced(x):
     y = F.gelu(x, approximate="tanh") + F.softplus(x, 2.0, 1.5)
     y = y + torch.softmax(x, 0, dtype=torch.float64).float() + torch.log_softmax(x, dim=1)
-    return y + torch.sigmoid_(x.clone()) + torch.tanh_(x.clone()) + F.leaky_relu(x.clone(), 0.3, inplace=True)
+    y = y + torch.sigmoid_(x.clone()) + torch.tanh_(x.clone())
+    return y + F.leaky_relu(x.clone(), 0.3, inplace=True)
 
 
 def traced(function, x):

@@ -1,8 +1,8 @@
 // Softmax and log_softmax: the operators' schemas and their CPU, CUDA and Meta kernels (the CPU loops are in
 // softmax_cpu.cpp, the CUDA kernels in softmax.cu, the autograd layer and batching rule in softmax_autograd.cpp).
 //
-//   softmax(Tensor input, int dim, ScalarType? dtype=None) -> Tensor    as torch.softmax (input converted to dtype first)
-//   log_softmax(Tensor input, int dim, ScalarType? dtype=None) -> Tensor    as torch.log_softmax
+//   softmax(Tensor input, int dim, ScalarType? dtype=None) -> Tensor       as torch.softmax (input cast to dtype first)
+//   log_softmax(Tensor input, int dim, ScalarType? dtype=None) -> Tensor   as torch.log_softmax
 //   softmax_backward(Tensor grad_output, Tensor output, int dim) -> Tensor       y * (g - sum(g * y))
 //   log_softmax_backward(Tensor grad_output, Tensor output, int dim) -> Tensor   g - exp(y) * sum(g)
 //
