@@ -298,12 +298,13 @@ def expand_includes(text, sources, _seen=None):
 # unit that includes torch's headers spends most of its compile time parsing them, so all the torch glue is one
 # unit: activations.cpp (the operators) includes the autograd layer (autograd.cpp) and softmax's operators and
 # autograd layer, which parse the same ATen and dispatcher headers. The CPU loops (cpu_kernels.cpp, no torch
-# headers but ATen/Parallel.h) compile beside it, and the CUDA units beside both. With the autograd layer a unit
+# headers but ATen/Parallel.h) compile beside it, and so does gelu_table_cpu.cpp (AVX-512 intrinsics: immintrin.h,
+# which the loops avoid for their compile time), and the CUDA units beside all three. With the autograd layer a unit
 # (and library) of its own, the 2-core Ice Lake Xeon parsed the dispatcher's headers twice: one unit for the glue
 # took 13.1-14.1 s of g++ against 20.9-23.3 s for the two, and the CPU build's cold import 13.3-18.7 s (median
 # 15.6) against 18.2-26.6 s (median 22.3) (docs/performance.md, build time).
 LIBRARIES = {
-    "ops": (("activations.cpp", "cpu_kernels.cpp"),
+    "ops": (("activations.cpp", "cpu_kernels.cpp", "gelu_table_cpu.cpp"),
             ("cuda_kernels.cu", "softmax.cu", *(f"cuda_{f}.cu" for f in _functors()), *_SOFTMAX_UNITS)),
 }
 

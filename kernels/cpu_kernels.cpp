@@ -14,6 +14,7 @@
 #include <type_traits>
 #include <utility>
 
+#include "gelu_table_cpu.h"
 #include "kernels.h"
 
 namespace activations {
@@ -305,10 +306,21 @@ struct HasModeFlag : std::false_type {};
 template <class F>
 struct HasModeFlag<F, std::void_t<decltype(std::declval<F&>().tanh_form)>> : std::true_type {};
 
+// The float32 GELU (erf form) forward's generic loop, for gelu_forward_by_table's elements below its table.
+void gelu_forward_generic(int64_t n, const float* x, float* y) {
+  const double erf_form[1] = {0.0};
+  cpu_loop_with<0>(n, Forward<Gelu<float>>{Gelu<float>(erf_form)}, y, x);
+}
+
 template <class Op, class Out, class... In>
 void cpu_loop(int64_t n, Op op, Out* out, const In*... in) {
   if constexpr (HasModeFlag<decltype(op.f)>::value) {  // C++17: torch before 2.13 builds extensions with it
     if (op.f.tanh_form) return cpu_loop_with<1>(n, op, out, in...);
+#ifdef ACTIVATIONS_CPU_AVX512
+    if constexpr (std::is_same_v<Op, Forward<Gelu<float>>> && std::is_same_v<Out, float>) {  // float storage
+      return gelu_forward_by_table(n, in..., out, gelu_forward_generic);  // see gelu_table_cpu.cpp
+    }
+#endif
     return cpu_loop_with<0>(n, op, out, in...);
   }
   cpu_loop_with<-1>(n, op, out, in...);
