@@ -2519,9 +2519,9 @@ def test_an_elements_result_does_not_depend_on_where_it_sits(device):
         head = big[: x.numel()]
         for shift in (0, 1, 2, 3, 7, 8, 13, 15, 16):
             part = results(name, head[shift:], grad[shift : x.numel()])
-            for a, b, what in zip(part, whole, ("forward", "backward")):
-                assert_same_bits(a, b[shift : x.numel()], head[shift:], f"{name} {what}, shifted by {shift} (seed {seed})",
-                                 theirs="the whole tensor")
+            for a, b, direction in zip(part, whole, ("forward", "backward")):
+                what = f"{name} {direction}, shifted by {shift} (seed {seed})"
+                assert_same_bits(a, b[shift : x.numel()], head[shift:], what, theirs="the whole tensor")
         alone = torch.stack([ours(name)(big[i : i + 1])[0] for i in range(0, big.numel(), 4099)])
         assert_same_bits(alone, whole[0][::4099], big[::4099], f"{name} forward alone (seed {seed})",
                          theirs="the whole tensor")

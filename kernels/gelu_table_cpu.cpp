@@ -11,9 +11,9 @@
 // Piece k approximates Phi(-a) on [k / 4, (k + 1) / 4) to a relative 3.9e-8 for a < 4.75 (tools/gelu_table_fit.py):
 // on the negative side it has float's relative accuracy there, and on the positive side, where Phi(x) =
 // 1 - Phi(-a) needs only absolute accuracy, its pieces reach a = 8 (1 - Phi(-a) rounds to 1 from 5.42 on, so the
-// clamp at 8 changes nothing). Below -4.75 the tail falls too fast for a polynomial of this degree on a quarter; there the
-// exponential's formula stays. Over every float32 input (tools/cpu_gelu_table.cpp): within 2.97 ulp where
-// x >= -4.75, 5.06 over all (the generic formula's, below -4.75), under GELU's bound of 9.
+// clamp at 8 changes nothing). Below -4.75 the tail falls too fast for a polynomial of this degree on a quarter;
+// there the exponential's formula stays. Over every float32 input (tools/cpu_gelu_table.cpp): within 2.97 ulp
+// where x >= -4.75, 5.06 over all (the generic formula's, below -4.75), under GELU's bound of 9.
 //
 // Each element's result depends on its own x only, never on its neighbours: the lanes below -4.75 of a block of
 // 1024 elements are packed together (vcompressps), run through the generic loop, and written back into their
