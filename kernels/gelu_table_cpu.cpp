@@ -108,50 +108,66 @@ struct FarLanes {
   int count, vectors;
 };
 
+// The table in registers: coefficient j of pieces 0-15 in low[j], of pieces 16-31 in high[j].
+struct Coefficients {
+  __m512 low[7], high[7];
+};
+
+// gelu(x) by the table, for the 16 lanes of x. (Functions, not lambdas, with the target attribute: a lambda does not
+// take its enclosing function's target, and clang refuses intrinsics in it.)
+ACTIVATIONS_TABLE_LOOP __attribute__((always_inline)) inline __m512 gelu_by_table(const Coefficients& c, __m512 x) {
+  // a = min(|x|, largest) (imm 0x0a: the smaller magnitude, sign cleared; NaN stays NaN and x carries it).
+  const __m512 a = _mm512_range_ps(x, _mm512_set1_ps(kLargestMagnitude), 0x0a);
+  const __m512i piece = _mm512_cvttps_epi32(_mm512_mul_ps(a, _mm512_set1_ps(4.0f)));
+  const __m512 d = _mm512_reduce_ps(a, (2 << 4) | _MM_FROUND_TO_ZERO);  // a - trunc(4 a) / 4, exact
+#define ACTIVATIONS_COEFFICIENT(j) _mm512_permutex2var_ps(c.low[j], piece, c.high[j])
+  __m512 tail = ACTIVATIONS_COEFFICIENT(6);  // Phi(-a)
+  tail = _mm512_fmadd_ps(tail, d, ACTIVATIONS_COEFFICIENT(5));
+  tail = _mm512_fmadd_ps(tail, d, ACTIVATIONS_COEFFICIENT(4));
+  tail = _mm512_fmadd_ps(tail, d, ACTIVATIONS_COEFFICIENT(3));
+  tail = _mm512_fmadd_ps(tail, d, ACTIVATIONS_COEFFICIENT(2));
+  tail = _mm512_fmadd_ps(tail, d, ACTIVATIONS_COEFFICIENT(1));
+  tail = _mm512_fmadd_ps(tail, d, ACTIVATIONS_COEFFICIENT(0));
+#undef ACTIVATIONS_COEFFICIENT
+  // Phi(x): 1 - Phi(-a) where x >= 0 (-0 included: -0 times 1/2 keeps its sign), Phi(-a) where x < 0 or NaN.
+  const __mmask16 non_negative = _mm512_cmp_ps_mask(x, _mm512_setzero_ps(), _CMP_GE_OQ);
+  return _mm512_mul_ps(x, _mm512_mask_sub_ps(tail, non_negative, _mm512_set1_ps(1.0f), tail));
+}
+
+// The lanes of x (the vector at element i of the block) below kTableFrom, packed into far.
+ACTIVATIONS_TABLE_LOOP __attribute__((always_inline)) inline void pack_far_lanes(__m512 x, int64_t i, FarLanes& far) {
+  const __mmask16 lanes = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kTableFrom), _CMP_LT_OQ);
+  if (__builtin_expect(lanes != 0, 0)) {
+    _mm512_storeu_ps(far.x + far.count, _mm512_maskz_compress_ps(lanes, x));
+    far.count += __builtin_popcount(lanes);
+    far.vector_at[far.vectors] = i;
+    far.lanes[far.vectors++] = lanes;
+  }
+}
+
 // y = gelu(x) by the table for n <= kBlock elements, the lanes below kTableFrom (whose results it writes are
 // replaced) packed into far. The table's 14 registers are loaded once per call and the loop calls nothing, so they
 // stay in registers.
 ACTIVATIONS_TABLE_LOOP __attribute__((noinline)) void table_block(int64_t n, const float* x, float* y,
                                                                   FarLanes& far) {
-#define ACTIVATIONS_PIECES(j) \
-  const __m512 low##j = _mm512_load_ps(kPhiTail[j]), high##j = _mm512_load_ps(kPhiTail[j] + 16);
+  Coefficients c;
+#define ACTIVATIONS_PIECES(j) c.low[j] = _mm512_load_ps(kPhiTail[j]), c.high[j] = _mm512_load_ps(kPhiTail[j] + 16);
   ACTIVATIONS_PIECES(0) ACTIVATIONS_PIECES(1) ACTIVATIONS_PIECES(2) ACTIVATIONS_PIECES(3) ACTIVATIONS_PIECES(4)
   ACTIVATIONS_PIECES(5) ACTIVATIONS_PIECES(6)
 #undef ACTIVATIONS_PIECES
-  const __m512 largest = _mm512_set1_ps(kLargestMagnitude), four = _mm512_set1_ps(4.0f);
-  const __m512 one = _mm512_set1_ps(1.0f), zero = _mm512_setzero_ps(), table_from = _mm512_set1_ps(kTableFrom);
-  int count = 0, vectors = 0;
-  const auto step = [&](int64_t i, __mmask16 lanes) __attribute__((always_inline)) {
-    const __m512 v = _mm512_maskz_loadu_ps(lanes, x + i);
-    // a = min(|x|, largest) (imm 0x0a: the smaller magnitude, sign cleared; NaN stays NaN and x carries it).
-    const __m512 a = _mm512_range_ps(v, largest, 0x0a);
-    const __m512i piece = _mm512_cvttps_epi32(_mm512_mul_ps(a, four));
-    const __m512 d = _mm512_reduce_ps(a, (2 << 4) | _MM_FROUND_TO_ZERO);  // a - trunc(4 a) / 4, exact
-#define ACTIVATIONS_COEFFICIENT(j) _mm512_permutex2var_ps(low##j, piece, high##j)
-    __m512 tail = ACTIVATIONS_COEFFICIENT(6);  // Phi(-a)
-    tail = _mm512_fmadd_ps(tail, d, ACTIVATIONS_COEFFICIENT(5));
-    tail = _mm512_fmadd_ps(tail, d, ACTIVATIONS_COEFFICIENT(4));
-    tail = _mm512_fmadd_ps(tail, d, ACTIVATIONS_COEFFICIENT(3));
-    tail = _mm512_fmadd_ps(tail, d, ACTIVATIONS_COEFFICIENT(2));
-    tail = _mm512_fmadd_ps(tail, d, ACTIVATIONS_COEFFICIENT(1));
-    tail = _mm512_fmadd_ps(tail, d, ACTIVATIONS_COEFFICIENT(0));
-#undef ACTIVATIONS_COEFFICIENT
-    // Phi(x): 1 - Phi(-a) where x >= 0 (-0 included: -0 times 1/2 keeps its sign), Phi(-a) where x < 0 or NaN.
-    const __m512 cdf = _mm512_mask_sub_ps(tail, _mm512_cmp_ps_mask(v, zero, _CMP_GE_OQ), one, tail);
-    _mm512_mask_storeu_ps(y + i, lanes, _mm512_mul_ps(v, cdf));
-    const __mmask16 far_lanes = _mm512_cmp_ps_mask(v, table_from, _CMP_LT_OQ);  // masked-off lanes are 0
-    if (__builtin_expect(far_lanes != 0, 0)) {
-      _mm512_storeu_ps(far.x + count, _mm512_maskz_compress_ps(far_lanes, v));
-      count += __builtin_popcount(far_lanes);
-      far.vector_at[vectors] = i;
-      far.lanes[vectors++] = far_lanes;
-    }
-  };
+  far.count = far.vectors = 0;
   int64_t i = 0;
-  for (; i + 16 <= n; i += 16) step(i, 0xffff);
-  if (i < n) step(i, static_cast<__mmask16>((1u << (n - i)) - 1));
-  far.count = count;
-  far.vectors = vectors;
+  for (; i + 16 <= n; i += 16) {
+    const __m512 v = _mm512_loadu_ps(x + i);
+    _mm512_storeu_ps(y + i, gelu_by_table(c, v));
+    pack_far_lanes(v, i, far);
+  }
+  if (i < n) {  // the last lanes; those masked off read 0, which is not below kTableFrom
+    const __mmask16 lanes = static_cast<__mmask16>((1u << (n - i)) - 1);
+    const __m512 v = _mm512_maskz_loadu_ps(lanes, x + i);
+    _mm512_mask_storeu_ps(y + i, lanes, gelu_by_table(c, v));
+    pack_far_lanes(v, i, far);
+  }
 }
 
 // The packed results of far into y, each into its element's place.
