@@ -49,28 +49,20 @@ LOOP void gelu_now(int64_t n, const float* __restrict x, float* __restrict y) {
 }
 
 
-long double ulps(float actual, long double exact, int floor_exponent) {
-  const int exponent = std::max(exact == 0 ? floor_exponent : ilogbl(exact), floor_exponent);
-  return fabsl(static_cast<long double>(actual) - exact) / ldexpl(1.0L, exponent - 23);
-}
-
 template <class Loop>
 void forward_error(const char* name, Loop loop, uint64_t stride) {
-  const int64_t chunk = 1 << 16;
-  std::vector<float> in(chunk), out(chunk);
+  std::vector<float> out(1 << 16);
   long double worst = 0;
   float at = 0;
-  for (uint64_t base = 0; base < (1ull << 32); base += chunk * stride) {
-    int64_t n = 0;
-    for (; n < chunk && base + n * stride < (1ull << 32); ++n) in[n] = float_from_bits(uint32_t(base + n * stride));
-    loop(n, in.data(), out.data());
+  for_float32_inputs(stride, [&](const float* in, int64_t n) {
+    loop(n, in, out.data());
     for (int64_t i = 0; i < n; ++i) {
       const long double x = in[i];
       if (!isfinite(in[i])) continue;
-      const long double e = ulps(out[i], x * erfcl(-x / sqrtl(2.0L)) / 2, -100);
+      const long double e = float_ulps(out[i], x * erfcl(-x / sqrtl(2.0L)) / 2, -100);
       if (e > worst) worst = e, at = in[i];
     }
-  }
+  });
   printf("%s: forward within %.3Lf ulp (largest at x = %.9g)\n", name, worst, at);
 }
 
@@ -94,8 +86,8 @@ int main(int argc, char** argv) {
     const float a = float_from_bits(bits);
     const long double exact = expl(-static_cast<long double>(a) * a / 2) * 16777216.0L;
     if (exact < 1.17549435e-38L) break;  // a subnormal result: a is past 14.4
-    worst_before = std::max(worst_before, ulps(exp_before(a), exact, -126));
-    worst_now = std::max(worst_now, ulps(float_math::half_square_exp_scaled(a), exact, -126));
+    worst_before = std::max(worst_before, float_ulps(exp_before(a), exact, -126));
+    worst_now = std::max(worst_now, float_ulps(float_math::half_square_exp_scaled(a), exact, -126));
   }
   printf("2^24 exp(-a^2 / 2), every a where it is normal: before within %.3Lf ulp, now %.3Lf\n", worst_before,
          worst_now);

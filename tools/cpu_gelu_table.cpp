@@ -32,11 +32,6 @@ LOOP void gelu_generic(int64_t n, const float* x, float* y) {
 }
 void gelu_table(int64_t n, const float* x, float* y) { gelu_forward_by_table(n, x, y, gelu_generic); }
 
-long double ulps(float actual, long double exact) {
-  const int exponent = std::max(exact == 0 ? -100 : ilogbl(exact), -100);
-  return fabsl(static_cast<long double>(actual) - exact) / ldexpl(1.0L, exponent - 23);
-}
-
 void timings() {
   const int64_t n = 16384;  // 64 KiB in and out: in L2
   std::vector<float> x(n), y(n);
@@ -63,15 +58,12 @@ void timings() {
 int main(int argc, char** argv) {
   const uint64_t stride = argc > 1 ? strtoull(argv[1], nullptr, 10) : 1;
   timings();
-  const int64_t chunk = 1 << 16;
-  std::vector<float> in(chunk), out(chunk), alone(16), far(16, -9.0f), mixed(16);
+  std::vector<float> out(1 << 16), alone(16), far(16, -9.0f), mixed(16);
   long double worst = 0, worst_table = 0;
   float at = 0, at_table = 0;
   int64_t moved = 0;
-  for (uint64_t base = 0; base < (1ull << 32); base += chunk * stride) {
-    int64_t n = 0;
-    for (; n < chunk && base + n * stride < (1ull << 32); ++n) in[n] = float_from_bits(uint32_t(base + n * stride));
-    gelu_table(n, in.data(), out.data());
+  for_float32_inputs(stride, [&](const float* in, int64_t n) {
+    gelu_table(n, in, out.data());
     for (int64_t i = 0; i < n; ++i) {
       if (i % 997 == 0) {  // the same bits at another lane, alone, and among elements below -4.75
         const int lane = int(i % 16);
@@ -83,11 +75,11 @@ int main(int argc, char** argv) {
       }
       if (!isfinite(in[i])) continue;
       const long double x = in[i];
-      const long double e = ulps(out[i], x * erfcl(-x / sqrtl(2.0L)) / 2);
+      const long double e = float_ulps(out[i], x * erfcl(-x / sqrtl(2.0L)) / 2, -100);
       if (e > worst) worst = e, at = in[i];
       if (in[i] >= kTableFrom && e > worst_table) worst_table = e, at_table = in[i];
     }
-  }
+  });
   printf("table form: forward within %.3Lf ulp (largest at x = %.9g); where x >= -4.75, %.3Lf (at x = %.9g)\n", worst,
          at, worst_table, at_table);
   printf("elements whose result changed with their lane and neighbours: %lld\n", static_cast<long long>(moved));
