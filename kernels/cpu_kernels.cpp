@@ -306,11 +306,13 @@ struct HasModeFlag : std::false_type {};
 template <class F>
 struct HasModeFlag<F, std::void_t<decltype(std::declval<F&>().tanh_form)>> : std::true_type {};
 
+#ifdef ACTIVATIONS_CPU_AVX512
 // The float32 GELU (erf form) forward's generic loop, for gelu_forward_by_table's elements below its table.
 void gelu_forward_generic(int64_t n, const float* x, float* y) {
   const double erf_form[1] = {0.0};
   cpu_loop_with<0>(n, Forward<Gelu<float>>{Gelu<float>(erf_form)}, y, x);
 }
+#endif
 
 template <class Op, class Out, class... In>
 void cpu_loop(int64_t n, Op op, Out* out, const In*... in) {

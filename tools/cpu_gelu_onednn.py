@@ -1,6 +1,7 @@
-"""Why the float32 GELU forward on the CPU reads below 1.0x at bench.py's sizes: torch runs oneDNN's gelu_erf there
-(ATen's gelu takes oneDNN for float32 inputs where torch is built with it), which is faster than its own loop and
-than ours, and far less accurate in the lower tail. One thread; the best of many calls (the least disturbed).
+"""What torch's float32 GELU forward on the CPU is at bench.py's sizes: oneDNN's gelu_erf (ATen's gelu takes oneDNN
+for float32 inputs where torch is built with it), faster than torch's own loop and than our generic loop, and far
+less accurate in the lower tail; ours takes a table where torch runs AVX-512 (kernels/gelu_table_cpu.cpp). One
+thread; the best of many calls (the least disturbed).
 
     python tools/cpu_gelu_onednn.py
 

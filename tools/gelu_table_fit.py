@@ -35,7 +35,7 @@ def piece(k):
     basis = torch.tensor([[float(v) ** j for j in range(DEGREE + 1)] for v in d], dtype=torch.float64)
     rounded = torch.zeros(DEGREE + 1, dtype=torch.float64)
     for j in range(DEGREE + 1):
-        rest = exact - basis[:, :j] @ rounded[:, None][:j, 0] if j else exact
+        rest = exact - basis[:, :j] @ rounded[:j]  # what the rounded coefficients leave
         c = relative_fit(basis[:, j:], rest, exact)
         rounded[j] = c[0].float().double()
     return rounded.float(), ((basis @ rounded - exact) / exact).abs().max().item()
@@ -43,7 +43,7 @@ def piece(k):
 
 def main():
     fits = [piece(k) for k in range(PIECES)]
-    print("alignas(64) constexpr float kPhiTail[7][32] = {")
+    print(f"alignas(64) constexpr float kPhiTail[{DEGREE + 1}][{PIECES}] = {{")
     for j in range(DEGREE + 1):
         values = [f"{c[j].item():.9e}f" for c, _ in fits]
         lines = [", ".join(values[i:i + 4]) for i in range(0, PIECES, 4)]
