@@ -386,31 +386,48 @@ constexpr bool fused() {
 // reads the line (read for ownership): an output larger than the last-level cache, which cannot stay in it, costs
 // a read of memory on top of its write. Streaming (non-temporal) stores write whole lines without reading them
 // and bypass the caches, so such an output is computed a block at a time into a buffer in L1 and streamed out from
-// there. The threshold, streaming_bytes(), is the L3 cache's size (ACTIVATIONS_CPU_STREAMING_BYTES sets another;
-// where the size is unknown, nothing streams): a smaller output may be read back from the cache by whatever
-// consumes it. 2-core Ice Lake Xeon (48 MiB L3), 2 threads, float32 in bench.py, base and streamed builds in turn,
-// two rounds: the ReLU forward at 2^24 elements 1.00-1.02x torch's -> 1.34-1.38x, hardtanh 1.00-1.02x ->
-// 1.28-1.39x (2^22, 16 MiB, unchanged). In a C++ loop there (tools/cpu_streaming_stores.cpp), ReLU and then a
-// consumer that reads its output (z = 2 y + z) took 0.80-0.82x the time of the pair with plain stores at 2^24
-// elements, 0.99-1.01x at 2^22 and 1.26-1.35x at 2^20: outputs that fit the cache do not stream. Only the mask
-// rows (a select or a clamp an element) stream, in their forwards (cpu_elementwise, and for_mask_chunks where the
-// forward writes the mask) and their backwards from the mask (for_mask_chunks): at 2^24 float32 elements, ReLU's
-// and hardsigmoid's backwards went from 1.27-1.31x to 1.63-1.69x, their steps from 1.09-1.16x to 1.36-1.46x. The
-// forwards with an exponential lost what their loops' compute had overlapped with the stores (with every output
-// of 12 MiB or more streamed, GELU's at 2^22 went from 0.92-0.93x to 0.79-0.85x).
+// there. The threshold, streaming_bytes(), is the L3 cache's size or 16 MiB for each of torch's threads, whichever
+// is less (ACTIVATIONS_CPU_STREAMING_BYTES sets another; where the L3's size is unknown, nothing streams): a
+// smaller output may be read back from the cache by whatever consumes it.
+// 2-core Ice Lake Xeon (48 MiB L3), 2 threads, float32 in bench.py, base and streamed builds in turn, two rounds:
+// the ReLU forward at 2^24 elements 1.00-1.02x torch's -> 1.34-1.38x, hardtanh 1.00-1.02x -> 1.28-1.39x (2^22,
+// 16 MiB, unchanged). In a C++ loop there (tools/cpu_streaming_stores.cpp), ReLU and then a consumer that reads its
+// output (z = 2 y + z) took 0.80-0.82x the time of the pair with plain stores at 2^24 elements, 0.99-1.01x at 2^22
+// and 1.26-1.35x at 2^20: outputs that fit the cache do not stream.
+// Per thread: the L3 that sysconf reports on a server is the whole socket's, shared by all of its cores (and, in a
+// virtual machine, with other tenants' cores: 260 MiB on the 2-core Emerald Rapids VM, 300 MiB on the H200's
+// 16-core host), so a process of a few threads can count on its share of it, not on the whole. The same C++ pair,
+// time streamed/plain: Emerald Rapids, 2 threads: 8 MiB 1.03-1.05, 16 MiB 0.97-1.00, 32 MiB 0.90-0.93, 64 MiB
+// 0.76-0.79; one thread: 8 MiB 1.00-1.07, 16 MiB 0.92-0.98. H200 host: 2 threads 32 MiB 0.94-1.07, 64 MiB
+// 0.95-0.97, 128 MiB 0.76-0.80; 4 threads 64 MiB 0.85-0.95; 8 threads 128 MiB 0.81-0.83; 16 threads 64 MiB
+// 0.95-1.07, 256 MiB 0.86-0.89 (32 MiB streamed there from 16 threads took up to 1.3x the time alone: it fitted
+// their 16 L2 caches). With one thread per core, torch's default, the threshold stays the L3's size on any
+// processor with less than 16 MiB of L3 a core.
+// Only the mask rows (a select or a clamp an element) stream, in their forwards (cpu_elementwise, and
+// for_mask_chunks where the forward writes the mask) and their backwards from the mask (for_mask_chunks): at 2^24
+// float32 elements on the Ice Lake host, ReLU's and hardsigmoid's backwards went from 1.27-1.31x to 1.63-1.69x,
+// their steps from 1.09-1.16x to 1.36-1.46x. The forwards with an exponential lost what their loops' compute had
+// overlapped with the stores (with every output of 12 MiB or more streamed, GELU's at 2^22 went from 0.92-0.93x
+// to 0.79-0.85x).
 constexpr int64_t kLineBytes = 64;
 #ifdef ACTIVATIONS_CPU_AVX2
 typedef long long Bytes32 __attribute__((vector_size(32)));
 constexpr int64_t kStreamBlockBytes = 1024;
+constexpr int64_t kStreamingBytesPerThread = int64_t(16) << 20;
 
-// ACTIVATIONS_CPU_STREAMING_BYTES where it is a whole number of bytes (anything else is ignored), else the L3's size.
+// ACTIVATIONS_CPU_STREAMING_BYTES where it is a whole number of bytes (anything else is ignored), else the L3's
+// size or kStreamingBytesPerThread for each of torch's threads (at::get_num_threads(), asked at each call: the
+// user may change it), whichever is less.
 int64_t streaming_bytes() {
-  static const int64_t bytes = [] {
-    if (const char* configured = getenv("ACTIVATIONS_CPU_STREAMING_BYTES")) {
+  static const int64_t configured = [] {
+    if (const char* text = getenv("ACTIVATIONS_CPU_STREAMING_BYTES")) {
       char* end = nullptr;
-      const long long value = strtoll(configured, &end, 10);
-      if (end != configured && *end == '\0' && value >= 0) return int64_t(value);
+      const long long value = strtoll(text, &end, 10);
+      if (end != text && *end == '\0' && value >= 0) return int64_t(value);
     }
+    return int64_t(-1);
+  }();
+  static const int64_t l3_bytes = [] {
 #ifdef _SC_LEVEL3_CACHE_SIZE  // glibc's; elsewhere (macOS) the size is unknown
     const long cache = sysconf(_SC_LEVEL3_CACHE_SIZE);
     return cache > 0 ? int64_t(cache) : INT64_MAX;
@@ -418,11 +435,18 @@ int64_t streaming_bytes() {
     return INT64_MAX;
 #endif
   }();
-  return bytes;
+  if (configured >= 0) return configured;
+  if (l3_bytes == INT64_MAX) return INT64_MAX;
+  return std::min(l3_bytes, at::get_num_threads() * kStreamingBytesPerThread);
 }
 
-// bytes (a multiple of 32) from src to dst (32-byte aligned) by streaming stores.
-__attribute__((target("avx2"))) void stream_copy(void* dst, const void* src, int64_t bytes) {
+// bytes (a multiple of 32) from src to dst (32-byte aligned) by streaming stores. Compiled as the loops are, so
+// that it returns with vzeroupper (see ACTIVATIONS_CPU_LOOP_FOR): with plain target("avx2") it left the vector
+// registers' upper halves dirty, and the SSE code of stream_blocks that ran next (ReLU's and hardsigmoid's, whose
+// functors travel in xmm registers) stalled on them. Streamed forwards, 2 threads, Emerald Rapids, before -> after:
+// float64 at 2^22 elements, ReLU 4.4 -> 1.15-1.21 ms, hardsigmoid 4.7-5.6 -> 1.55-1.60 ms (LeakyReLU and hardtanh
+// 1.2-1.5 ms either way); bfloat16 at 2^24, ReLU 4.0-4.2 -> 1.40-1.52 ms, hardsigmoid 5.1-5.4 -> 2.7-2.8 ms.
+ACTIVATIONS_CPU_LOOP_FOR("avx2") void stream_copy(void* dst, const void* src, int64_t bytes) {
   for (int64_t i = 0; i < bytes; i += 32) {
     Bytes32 v;
     memcpy(&v, static_cast<const char*>(src) + i, sizeof v);
