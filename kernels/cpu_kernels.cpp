@@ -397,10 +397,10 @@ constexpr bool fused() {
 // Per thread: the L3 that sysconf reports on a server is the whole socket's, shared by all of its cores (and, in a
 // virtual machine, with other tenants' cores: 260 MiB on the 2-core Emerald Rapids VM, 300 MiB on the H200's
 // 16-core host), so a process of a few threads can count on its share of it, not on the whole. The same C++ pair,
-// time streamed/plain: Emerald Rapids, 2 threads: 8 MiB 1.03-1.05, 16 MiB 0.97-1.00, 32 MiB 0.90-0.93, 64 MiB
-// 0.76-0.79; one thread: 8 MiB 1.00-1.07, 16 MiB 0.92-0.98. H200 host: 2 threads 32 MiB 0.94-1.07, 64 MiB
+// time streamed/plain: Emerald Rapids, 2 threads: 8 MiB 1.10-1.12, 16 MiB 0.94-0.98, 32 MiB 0.90-0.94, 64 MiB
+// 0.83-0.88; one thread: 8 MiB 1.00-1.05, 16 MiB 0.78-0.95. H200 host: 2 threads 32 MiB 0.94-1.07, 64 MiB
 // 0.95-0.97, 128 MiB 0.76-0.80; 4 threads 64 MiB 0.85-0.95; 8 threads 128 MiB 0.81-0.83; 16 threads 64 MiB
-// 0.95-1.07, 256 MiB 0.86-0.89 (32 MiB streamed there from 16 threads took up to 1.3x the time alone: it fitted
+// 0.95-1.07, 256 MiB 0.86-0.89 (32 MiB streamed there from 16 threads took 1.13-2.10x the time alone: it fitted
 // their 16 L2 caches). With one thread per core, torch's default, the threshold stays the L3's size on any
 // processor with less than 16 MiB of L3 a core.
 // Only the mask rows (a select or a clamp an element) stream, in their forwards (cpu_elementwise, and
