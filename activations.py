@@ -415,9 +415,9 @@ def build_plan(cuda_arch=None, cpu_only=None):
 # about 0.9 GiB, so it never collects; with the default, 128 MiB, it spent 0.6-0.9 s collecting on the way there.
 # -fno-trapping-math: lets g++ evaluate both sides of a select in the CPU loops, which it must to vectorize them
 # (we never read floating-point exception flags; results are unchanged).
-# -ffp-contract=off: the CPU loops are compiled with -fexpensive-optimizations (for vzeroupper, see
-# ACTIVATIONS_CPU_LOOP in kernels/cpu_kernels.cpp), which would let g++ fuse a * b + c on its own; the math
-# header writes each fused multiply-add it wants, and the rest are rounded as written.
+# -ffp-contract=off: the CPU loops are compiled with -fexpensive-optimizations (see ACTIVATIONS_CPU_LOOP in
+# kernels/cpu_kernels.cpp), which would let g++ fuse a * b + c on its own; the math header writes each fused
+# multiply-add it wants, and the rest are rounded as written.
 # -Wno-psabi: g++ warns that a helper instantiated for 512-bit vectors outside an AVX-512 function
 # (bfloat16_bits_rounded, from softmax's store_vector) would pass them differently from older compilers; the helpers
 # are internal and inlined into their loops, so no call crosses that boundary.
@@ -458,8 +458,12 @@ def cpu_flags():
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return []
     capability = torch.backends.cpu.get_cpu_capability()
-    flags = {"AVX2": ["-DACTIVATIONS_CPU_AVX2"],
-             "AVX512": ["-DACTIVATIONS_CPU_AVX2", "-DACTIVATIONS_CPU_AVX512"]}.get(capability, [])
+    # -mvzeroupper: every function that uses 256- or 512-bit registers returns with vzeroupper (see
+    # ACTIVATIONS_CPU_LOOP in kernels/cpu_kernels.cpp). g++ 12 inserted it where a loop's optimize attribute had
+    # expensive-optimizations; g++ 13.3 (the H200 host's) inserted it nowhere, and every return left the upper
+    # halves dirty.
+    flags = {"AVX2": ["-DACTIVATIONS_CPU_AVX2", "-mvzeroupper"],
+             "AVX512": ["-DACTIVATIONS_CPU_AVX2", "-DACTIVATIONS_CPU_AVX512", "-mvzeroupper"]}.get(capability, [])
     if capability == "AVX512" and "avx512_bf16" in _cpu_features():
         flags.append("-DACTIVATIONS_CPU_AVX512_BF16")
     return flags

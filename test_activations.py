@@ -2616,7 +2616,8 @@ def test_build_key_changes_with_the_torch_version(monkeypatch):
 
 def test_cpu_instruction_set_flags_follow_torch(monkeypatch):
     """AVX2 flags only where torch itself runs AVX2 (or AVX-512) kernels, AVX-512 ones only where it runs AVX-512,
-    the bfloat16 rounding instruction only where it runs AVX-512 on a processor that has AVX512-BF16, and they are
+    the bfloat16 rounding instruction only where it runs AVX-512 on a processor that has AVX512-BF16, vzeroupper
+    asked for wherever the loops take AVX, and they are
     part of the build key: a machine without them sharing the cache gets its own build rather than an illegal
     instruction."""
     plan = {"cuda_archs": (), "cuda_home": None, "no_cuda_reason": "test"}
@@ -2631,6 +2632,7 @@ def test_cpu_instruction_set_flags_follow_torch(monkeypatch):
             assert ("-DACTIVATIONS_CPU_AVX2" in flags) == (capability != "DEFAULT")
             assert ("-DACTIVATIONS_CPU_AVX512" in flags) == (capability == "AVX512")
             assert ("-DACTIVATIONS_CPU_AVX512_BF16" in flags) == (capability == "AVX512" and bool(features))
+            assert ("-mvzeroupper" in flags) == (capability != "DEFAULT")  # see cpu_flags
     assert len(set(keys.values())) == 4, keys
     monkeypatch.setattr(activations.platform, "machine", lambda: "aarch64")
     assert activations.cpu_flags() == []
@@ -2827,8 +2829,9 @@ def test_streamed_outputs_match_plain_ones(tmp_path):
 def test_every_cpu_function_with_wide_vectors_clears_their_upper_halves():
     """A function that uses 256- or 512-bit registers must return with vzeroupper: otherwise the SSE code that runs
     next (ours between loops, torch's, Python's) stalls on the dirty upper halves. stream_copy lacked it, and the
-    streamed float64 ReLU forward at 2^22 elements took 4.4 ms where LeakyReLU's took 1.2 (kernels/cpu_kernels.cpp,
-    ACTIVATIONS_CPU_LOOP_FOR). Read from the disassembly of the library this process loaded."""
+    streamed float64 ReLU forward at 2^22 elements took 4.4 ms where LeakyReLU's took 1.2; built by g++ 13.3 without
+    -mvzeroupper, no function had it (kernels/cpu_kernels.cpp, ACTIVATIONS_CPU_LOOP_FOR). Read from the disassembly
+    of the library this process loaded."""
     library = activations.BUILD["libraries"]["ops"]
     listing = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-C", library], capture_output=True, text=True,
                              check=True).stdout

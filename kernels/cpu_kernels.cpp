@@ -79,13 +79,16 @@ void with_scalar_type(DType dtype, Fn&& fn) {
 // 129 -> 92; of the 137 loops 39 got shorter (9075 -> 8772 instructions in all) and one longer (bfloat16 ELU
 // forward, 156 -> 161). One thread, torch/ours: bfloat16 hardsigmoid forward 0.70-0.77x -> 0.90-0.96x, ReLU
 // forward 0.81-0.87x -> 0.92x.
-// optimize("expensive-optimizations"): only with it does g++ insert vzeroupper where an AVX loop returns (-O1 has
-// it off). Without, every return left the vector registers' upper halves dirty, and the SSE code that called the
-// loop (ours and torch's) stalled on them: 60 ns a call, one call per softmax row and pass, so the float32
-// softmax over rows of 1024 ran at 0.81x torch's forward and 0.76x backward on one thread, 1.0-1.1x and 0.9x
-// after. It also turns on g++'s contraction of a * b + c into fused multiply-adds, which -ffp-contract=off
-// (activations.py) keeps off: every result of the CPU loops has the same bits as before (12 of 208 float64 and
-// log_softmax results differed with contraction).
+// vzeroupper where a loop returns: without it every return left the vector registers' upper halves dirty, and the
+// SSE code that called the loop (ours and torch's) stalled on them: 60 ns a call, one call per softmax row and
+// pass, so the float32 softmax over rows of 1024 ran at 0.81x torch's forward and 0.76x backward on one thread,
+// 1.0-1.1x and 0.9x after; and stream_blocks, which calls a loop and stream_copy per KiB, ran the streamed ReLU
+// and hardsigmoid forwards about 3x slower than the other mask rows. g++ 12 inserts it under
+// optimize("expensive-optimizations") (-O1 has it off), g++ 13.3 did not (no function of the library had one):
+// -mvzeroupper (activations.py, cpu_flags) asks for it whatever the version, and a test reads the disassembly.
+// expensive-optimizations stays (the loops' code as measured); it also turns on g++'s contraction of a * b + c
+// into fused multiply-adds, which -ffp-contract=off (activations.py) keeps off: every result of the CPU loops has
+// the same bits as before (12 of 208 float64 and log_softmax results differed with contraction).
 #ifdef ACTIVATIONS_CPU_AVX2
 #define ACTIVATIONS_CPU_LOOP_FOR(isa) \
   __attribute__((target(isa), optimize("gcse", "no-thread-jumps", "expensive-optimizations"), flatten))
@@ -440,10 +443,10 @@ int64_t streaming_bytes() {
   return std::min(l3_bytes, at::get_num_threads() * kStreamingBytesPerThread);
 }
 
-// bytes (a multiple of 32) from src to dst (32-byte aligned) by streaming stores. Compiled as the loops are, so
-// that it returns with vzeroupper (see ACTIVATIONS_CPU_LOOP_FOR): with plain target("avx2") it left the vector
-// registers' upper halves dirty, and the SSE code of stream_blocks that ran next (ReLU's and hardsigmoid's, whose
-// functors travel in xmm registers) stalled on them. Streamed forwards, 2 threads, Emerald Rapids, before -> after:
+// bytes (a multiple of 32) from src to dst (32-byte aligned) by streaming stores. It must return with vzeroupper
+// (see ACTIVATIONS_CPU_LOOP_FOR): with plain target("avx2") g++ 12 left the vector registers' upper halves dirty,
+// and the SSE code of stream_blocks that ran next (ReLU's and hardsigmoid's, whose functors travel in xmm
+// registers) stalled on them. Streamed forwards, 2 threads, Emerald Rapids, before -> after:
 // float64 at 2^22 elements, ReLU 4.4 -> 1.15-1.21 ms, hardsigmoid 4.7-5.6 -> 1.55-1.60 ms (LeakyReLU and hardtanh
 // 1.2-1.5 ms either way); bfloat16 at 2^24, ReLU 4.0-4.2 -> 1.40-1.52 ms, hardsigmoid 5.1-5.4 -> 2.7-2.8 ms.
 ACTIVATIONS_CPU_LOOP_FOR("avx2") void stream_copy(void* dst, const void* src, int64_t bytes) {
