@@ -458,12 +458,14 @@ def cpu_flags():
     if platform.machine().lower() not in ("x86_64", "amd64"):
         return []
     capability = torch.backends.cpu.get_cpu_capability()
-    # -mvzeroupper: every function that uses 256- or 512-bit registers returns with vzeroupper (see
-    # ACTIVATIONS_CPU_LOOP in kernels/cpu_kernels.cpp). g++ 12 inserted it where a loop's optimize attribute had
-    # expensive-optimizations; g++ 13.3 (the H200 host's) inserted it nowhere, and every return left the upper
-    # halves dirty.
-    flags = {"AVX2": ["-DACTIVATIONS_CPU_AVX2", "-mvzeroupper"],
-             "AVX512": ["-DACTIVATIONS_CPU_AVX2", "-DACTIVATIONS_CPU_AVX512", "-mvzeroupper"]}.get(capability, [])
+    flags = {"AVX2": ["-DACTIVATIONS_CPU_AVX2"],
+             "AVX512": ["-DACTIVATIONS_CPU_AVX2", "-DACTIVATIONS_CPU_AVX512"]}.get(capability, [])
+    if flags:
+        # Every function that uses 256- or 512-bit registers returns with vzeroupper (see ACTIVATIONS_CPU_LOOP in
+        # kernels/cpu_kernels.cpp). g++ 12 inserted it where a loop's optimize attribute had
+        # expensive-optimizations; g++ 13.3 (the H200 host's) inserted it nowhere, and every return left the
+        # upper halves dirty.
+        flags.append("-mvzeroupper")
     if capability == "AVX512" and "avx512_bf16" in _cpu_features():
         flags.append("-DACTIVATIONS_CPU_AVX512_BF16")
     return flags
