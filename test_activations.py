@@ -2823,30 +2823,64 @@ def test_streamed_outputs_match_plain_ones(tmp_path):
         assert torch.equal(got.contiguous().view(as_bits), expected.contiguous().view(as_bits)), (key, seed)
 
 
-@pytest.mark.skipif("-DACTIVATIONS_CPU_AVX2" not in activations.cpu_flags() or shutil.which("objdump") is None
-                    or "ops" not in activations.BUILD["libraries"],
-                    reason="needs the CPU library built here for AVX2 (x86-64) and objdump")
-def test_every_cpu_function_with_wide_vectors_clears_their_upper_halves():
-    """A function that uses 256- or 512-bit registers must return with vzeroupper: otherwise the SSE code that runs
-    next (ours between loops, torch's, Python's) stalls on the dirty upper halves. stream_copy lacked it, and the
-    streamed float64 ReLU forward at 2^22 elements took 4.4 ms where LeakyReLU's took 1.2; built by g++ 13.3 without
-    -mvzeroupper, no function had it (kernels/cpu_kernels.cpp, ACTIVATIONS_CPU_LOOP_FOR). Read from the disassembly
-    of the library this process loaded."""
+needs_cpu_disassembly = pytest.mark.skipif(
+    "-DACTIVATIONS_CPU_AVX2" not in activations.cpu_flags() or shutil.which("objdump") is None
+    or "ops" not in activations.BUILD["libraries"], reason="needs the CPU library built here for AVX2 (x86-64) and objdump")
+
+
+@functools.cache
+def cpu_library_instructions():
+    """{function name: its instructions} of the CPU library this process loaded, from objdump's disassembly."""
     library = activations.BUILD["libraries"]["ops"]
     listing = subprocess.run(["objdump", "-d", "--no-show-raw-insn", "-C", library], capture_output=True, text=True,
                              check=True).stdout
-    wide, cleared, function = set(), set(), None
+    functions, function = {}, None
     for line in listing.splitlines():
         header = re.match(r"^[0-9a-f]+ <(.*)>:$", line)
         if header:
             function = header.group(1)
-        elif function is not None:
-            if "%ymm" in line or "%zmm" in line:
-                wide.add(function)
-            if "vzeroupper" in line:
-                cleared.add(function)
-    assert len(wide) > 100, f"only {len(wide)} functions of {library} use wide vectors: is it the AVX2 build?"
-    assert sorted(wide - cleared) == []
+            functions[function] = []
+        elif function is not None and line.strip():
+            functions[function].append(line)
+    return functions
+
+
+def uses_wide_vectors(instructions):
+    return any("%ymm" in line or "%zmm" in line for line in instructions)
+
+
+@needs_cpu_disassembly
+def test_every_cpu_function_with_wide_vectors_clears_their_upper_halves():
+    """A function that uses 256- or 512-bit registers must return with vzeroupper: otherwise the SSE code that runs
+    next (ours between loops, torch's, Python's) stalls on the dirty upper halves. stream_copy lacked it, and the
+    streamed float64 ReLU forward at 2^22 elements took 4.4 ms where LeakyReLU's took 1.2; built by g++ 13.3 without
+    -mvzeroupper, no function had it (kernels/cpu_kernels.cpp, ACTIVATIONS_CPU_LOOP_FOR)."""
+    functions = cpu_library_instructions()
+    wide = {name for name, instructions in functions.items() if uses_wide_vectors(instructions)}
+    assert len(wide) > 100, f"only {len(wide)} functions use wide vectors: is it the AVX2 build?"
+    assert sorted(name for name in wide if not any("vzeroupper" in line for line in functions[name])) == []
+
+
+# The elementwise CPU loops of kernels/cpu_kernels.cpp, each a function of its own (ACTIVATIONS_CPU_LOOP keeps them
+# out of line: flatten inlines into them, not them into their callers).
+ELEMENTWISE_CPU_LOOPS = ("cpu_loop_with", "cpu_forward_mask_loop", "cpu_mask_backward_loop", "cpu_mask_copy_loop",
+                         "stream_copy")
+
+
+@needs_cpu_disassembly
+def test_every_elementwise_cpu_loop_is_vectorized():
+    """Each instance of the elementwise loops holds 256- or 512-bit vector instructions. Which loops g++ vectorizes
+    depends on its version: g++ 13.3 left the 16-bit mask copy (the ReLU, ReLU6 and hardtanh backwards) scalar, a
+    cmov an element, where g++ 12 had vectorized it (0.83-0.86x torch's float16 backward on the H200 host), and
+    g++ 12 left its 64-bit instance scalar."""
+    loop_named = re.compile(r"^(?:void )?activations::\(anonymous namespace\)::(%s)[<(]"
+                            % "|".join(ELEMENTWISE_CPU_LOOPS))
+    loops = {name: instructions for name, instructions in cpu_library_instructions().items()
+             if loop_named.match(name)}
+    found = {loop_named.match(name).group(1) for name in loops}
+    assert found == set(ELEMENTWISE_CPU_LOOPS), f"no instance of {set(ELEMENTWISE_CPU_LOOPS) - found} found"
+    assert len(loops) > 150, f"only {len(loops)} loop instances: is it the whole build?"
+    assert sorted(name for name, instructions in loops.items() if not uses_wide_vectors(instructions)) == []
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -635,23 +635,28 @@ ACTIVATIONS_CPU_LOOP void cpu_mask_backward_loop(int64_t n, B backward, const T*
 // same values as MaskSelect's (NaN payloads aside), selected on the storage's bits without converting them: a
 // 16-bit loop takes 16 elements a vector instead of 8 through float (the bfloat16 ReLU backward ran at 0.6x of
 // torch's through float). Raw: an unsigned integer of the storage's width. 32 elements (a 32-bit load of the
-// mask) a step, and the lanes test bits of the storage's width, so that the test is one vector and, compare per
-// lane: a 16-bit step tests the low, then the high half of the 32 bits.
+// mask) a step, in vectors of 32 bytes written with GCC's vector types: lane k of a vector tests bit k of the mask
+// bits it covers, broadcast to every lane, and keeps or clears its element with an and. Left to the vectorizer (the
+// same selects as unrolled scalar code), the loop stayed scalar, a cmov an element, where g++ 13.3 built it for
+// 16-bit storage and where g++ 12 built it for 64-bit: on the H200 host, one thread, 2^18 elements in cache, the
+// float16 ReLU, ReLU6 and hardtanh backwards ran at 0.83-0.86x of torch's.
 template <class Raw>
 ACTIVATIONS_CPU_LOOP void cpu_mask_copy_loop(int64_t n, const Raw* grad_out, const uint8_t* mask, Raw* grad_in) {
-  constexpr int kLane = sizeof(Raw) == 2 ? 16 : 32;  // the bits a lane can test
+  constexpr int kLanes = 32 / sizeof(Raw);
+  typedef Raw Lanes __attribute__((vector_size(32)));
+  Lanes lane_bit;  // 1 << k in lane k
+  for (int k = 0; k < kLanes; ++k) lane_bit[k] = static_cast<Raw>(Raw(1) << k);
   int64_t i = 0;
   for (; i + 32 <= n; i += 32) {
     uint32_t word;
     memcpy(&word, mask + i / 8, sizeof word);
-#pragma GCC unroll 2
-    for (int half = 0; half < 32; half += kLane) {
-      const Raw bits = static_cast<Raw>(word >> half);
-#pragma GCC unroll 32
-      for (int k = 0; k < kLane; ++k) {
-        const Raw g = grad_out[i + half + k];  // loaded unconditionally: an and, not a branch
-        grad_in[i + half + k] = (bits & static_cast<Raw>(Raw(1) << k)) != 0 ? g : Raw(0);
-      }
+#pragma GCC unroll 8
+    for (int first = 0; first < 32; first += kLanes) {
+      Lanes g;  // loaded whole before the store: in place, grad_in is grad_out
+      memcpy(&g, grad_out + i + first, sizeof g);
+      const Lanes bits = lane_bit & static_cast<Raw>(word >> first);
+      g &= (Lanes)(bits != 0);  // a comparison gives all ones (true) or zero per lane
+      memcpy(grad_in + i + first, &g, sizeof g);
     }
   }
   for (; i < n; ++i) grad_in[i] = (mask[i / 8] >> (i % 8)) & 1u ? grad_out[i] : Raw(0);
