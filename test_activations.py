@@ -1771,6 +1771,9 @@ def cache_with_this_build(tmp_path):
 
 needs_nvcc = pytest.mark.skipif(activations.find_cuda_home() is None or torch.version.cuda is None,
                                 reason="needs nvcc and a CUDA build of torch")
+# The environment of a child process that must attempt a CUDA build, whatever this process's says (run with
+# ACTIVATIONS_CPU_ONLY=1, the tests below saw CUDA switched off).
+CUDA_BUILD = {"ACTIVATIONS_CPU_ONLY": "0", "ACTIVATIONS_CUDA_ARCH": "9.0"}
 
 
 @pytest.fixture(scope="module")
@@ -1780,7 +1783,7 @@ def cuda_build(tmp_path_factory):
     folder = tmp_path_factory.mktemp("cuda-build")
     copy_project(folder)
     result = subprocess.run([sys.executable, "activations.py", "build", "--cuda-arch", "9.0"], cwd=folder,
-                            env={**os.environ, "ACTIVATIONS_CACHE_DIR": str(folder / "cache")},
+                            env={**os.environ, **CUDA_BUILD, "ACTIVATIONS_CACHE_DIR": str(folder / "cache")},
                             capture_output=True, text=True)
     return folder, result
 
@@ -1797,7 +1800,7 @@ def test_compile_error_shows_the_compiler_message(tmp_path, build):
     broken = tmp_path / "kernels" / "autograd.cpp"
     broken.write_text(broken.read_text() + "\nthis_is_not_cpp;\n")
     cache = tmp_path / "cache"
-    env = {"ACTIVATIONS_CPU_ONLY": "1"} if build == "cpu" else {"ACTIVATIONS_CUDA_ARCH": "9.0"}
+    env = {"ACTIVATIONS_CPU_ONLY": "1"} if build == "cpu" else CUDA_BUILD
     result = run_python("import activations", tmp_path, cache, **env)
     assert result.returncode == 1, result.stderr[-3000:]  # an exception, not a crash
     assert "this_is_not_cpp" in result.stderr and "does not name a type" in result.stderr, result.stderr[-3000:]
@@ -1815,7 +1818,7 @@ def test_cuda_sources_compile_without_a_gpu(cuda_build):
     assert "CPU + CUDA kernels ready" in result.stdout, result.stdout + result.stderr
     check = ("import torch, activations; assert activations.BUILD['cuda'], activations.BUILD; "
              "assert torch._C._dispatch_has_kernel_for_dispatch_key('activations::relu', 'CUDA')")
-    loaded = run_python(check, tmp_path, tmp_path / "cache", ACTIVATIONS_CUDA_ARCH="9.0")
+    loaded = run_python(check, tmp_path, tmp_path / "cache", **CUDA_BUILD)
     assert loaded.returncode == 0 and our_lines(loaded.stderr) == [], loaded.stderr[-3000:]
 
 
@@ -2754,7 +2757,7 @@ def test_failing_nvcc_falls_back_to_cpu_and_says_where_the_log_is(tmp_path):
     check = ("import activations, torch; assert not activations.BUILD['cuda']; "
              "assert activations.relu(torch.tensor([-1.0])).item() == 0; print(activations.BUILD['no_cuda_reason'])")
     cache = cache_with_this_build(tmp_path)  # the CPU fallback's libraries, where this process runs a CPU build
-    result = run_python(check, tmp_path, cache, CUDA_HOME=str(toolkit), ACTIVATIONS_CUDA_ARCH="9.0")
+    result = run_python(check, tmp_path, cache, CUDA_HOME=str(toolkit), **CUDA_BUILD)
     if torch.version.cuda is None:
         pytest.skip("this torch has no CUDA support: no CUDA build is attempted")
     assert result.returncode == 0, result.stderr[-3000:]
