@@ -2867,7 +2867,7 @@ def test_every_cpu_function_with_wide_vectors_clears_their_upper_halves():
 # The elementwise CPU loops of kernels/cpu_kernels.cpp, each a function of its own (ACTIVATIONS_CPU_LOOP keeps them
 # out of line: flatten inlines into them, not them into their callers).
 ELEMENTWISE_CPU_LOOPS = ("cpu_loop_with", "cpu_forward_mask_loop", "cpu_mask_backward_loop", "cpu_mask_copy_loop",
-                         "stream_copy")
+                         "widen", "narrow", "stream_copy")
 
 
 @needs_cpu_disassembly
