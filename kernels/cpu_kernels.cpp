@@ -655,7 +655,7 @@ ACTIVATIONS_CPU_LOOP void cpu_mask_copy_loop(int64_t n, const Raw* grad_out, con
       Lanes g;  // loaded whole before the store: in place, grad_in is grad_out
       memcpy(&g, grad_out + i + first, sizeof g);
       const Lanes bits = lane_bit & static_cast<Raw>(word >> first);
-      g &= (Lanes)(bits != 0);  // a comparison gives all ones (true) or zero per lane
+      g &= ~(Lanes)(bits == 0);  // a compare (all ones where true) and an and-not
       memcpy(grad_in + i + first, &g, sizeof g);
     }
   }
