@@ -2828,7 +2828,8 @@ def test_streamed_outputs_match_plain_ones(tmp_path):
 
 needs_cpu_disassembly = pytest.mark.skipif(
     "-DACTIVATIONS_CPU_AVX2" not in activations.cpu_flags() or shutil.which("objdump") is None
-    or "ops" not in activations.BUILD["libraries"], reason="needs the CPU library built here for AVX2 (x86-64) and objdump")
+    or "ops" not in activations.BUILD["libraries"],
+    reason="needs the CPU library built here for AVX2 (x86-64) and objdump")
 
 
 @functools.cache
@@ -2864,8 +2865,8 @@ def test_every_cpu_function_with_wide_vectors_clears_their_upper_halves():
     assert sorted(name for name in wide if not any("vzeroupper" in line for line in functions[name])) == []
 
 
-# The elementwise CPU loops of kernels/cpu_kernels.cpp, each a function of its own (ACTIVATIONS_CPU_LOOP keeps them
-# out of line: flatten inlines into them, not them into their callers).
+# The elementwise CPU loops of kernels/cpu_kernels.cpp, each a function of its own in an AVX2 build: their target
+# attribute (ACTIVATIONS_CPU_LOOP_FOR) keeps g++ from inlining them into callers compiled for the baseline.
 ELEMENTWISE_CPU_LOOPS = ("cpu_loop_with", "cpu_forward_mask_loop", "cpu_mask_backward_loop", "cpu_mask_copy_loop",
                          "widen", "narrow", "stream_copy")
 
