@@ -2620,9 +2620,8 @@ def test_build_key_changes_with_the_torch_version(monkeypatch):
 def test_cpu_instruction_set_flags_follow_torch(monkeypatch):
     """AVX2 flags only where torch itself runs AVX2 (or AVX-512) kernels, AVX-512 ones only where it runs AVX-512,
     the bfloat16 rounding instruction only where it runs AVX-512 on a processor that has AVX512-BF16, vzeroupper
-    asked for wherever the loops take AVX, and they are
-    part of the build key: a machine without them sharing the cache gets its own build rather than an illegal
-    instruction."""
+    asked for wherever the loops take AVX, and they are part of the build key: a machine without them sharing the
+    cache gets its own build rather than an illegal instruction."""
     plan = {"cuda_archs": (), "cuda_home": None, "no_cuda_reason": "test"}
     monkeypatch.setattr(activations.platform, "machine", lambda: "x86_64")
     keys = {}
