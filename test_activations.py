@@ -450,6 +450,20 @@ def test_16bit_every_input(name, dtype, device):
     check_at_random_gradient(name, x, f"{name} {dtype} {device} every input")
 
 
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
+def test_16bit_hardsigmoid_product_is_the_division(dtype, device):
+    """A 16-bit hardsigmoid takes min(max(x + 3, 0), 6) times 1/6 in float where torch's CPU kernel divides by 6:
+    the float results differ for thousands of inputs, but rounded to the 16-bit type every one is torch's, bit for
+    bit (NaNs as NaNs), on both devices. A formula that moved one result by one ulp would still pass
+    test_16bit_every_input; here it fails."""
+    x = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype).to(device)
+    clamped = (x.float() + 3).clamp(0, 6)
+    assert ((clamped * (1 / 6)) != clamped / 6).any(), "the product is the division in float: the test shows nothing"
+    assert_same_bits(activations.hardsigmoid(x), F.hardsigmoid(x), x, f"hardsigmoid {dtype} {device}",
+                     nans_alike=True)
+
 def test_float64_normal_coefficients_are_what_the_fit_script_prints():
     """host_double::normal's polynomial (kernels/activations.cuh, the CPU's float64 GELU) is the fit that
     tools/normal_tail_fit.py makes and checks (its error, and the order the last step's Fast2Sum needs): the same
