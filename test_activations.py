@@ -450,7 +450,6 @@ def test_16bit_every_input(name, dtype, device):
     check_at_random_gradient(name, x, f"{name} {dtype} {device} every input")
 
 
-
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 def test_16bit_hardsigmoid_product_is_the_division(dtype, device):
@@ -463,6 +462,7 @@ def test_16bit_hardsigmoid_product_is_the_division(dtype, device):
     assert ((clamped * (1 / 6)) != clamped / 6).any(), "the product is the division in float: the test shows nothing"
     assert_same_bits(activations.hardsigmoid(x), F.hardsigmoid(x), x, f"hardsigmoid {dtype} {device}",
                      nans_alike=True)
+
 
 def test_float64_normal_coefficients_are_what_the_fit_script_prints():
     """host_double::normal's polynomial (kernels/activations.cuh, the CPU's float64 GELU) is the fit that

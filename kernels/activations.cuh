@@ -898,8 +898,9 @@ struct Hardtanh {
 
 // min(max(x + 3, 0), 6) / 6, NaN propagating; the gradient is grad / 6 strictly inside (-3, 3), else 0 (NaN
 // included), as torch's hardsigmoid_backward. The clamp is two selects in turn whose operand order is that of
-// maxps and minps (a NaN passes), so g++ makes each one instruction; written nested it took 5 compares, 3 ands and 2
-// blends, and the division went into both sides of a select. One thread, 2^15 elements in cache, torch/ours, the
+// maxps and minps (a NaN passes); g++ 12 makes each a compare and a blend (an and, or a masked move, for the zero:
+// not maxps and minps themselves); written nested it took 5 compares, 3 ands and 2 blends, and the division went
+// into both sides of a select. One thread, 2^15 elements in cache, torch/ours, the
 // same results: float32 0.94x -> 1.33x, bfloat16 1.48x -> 2.00x, float16 1.28x -> 1.72x; with AVX2 kernels on both
 // sides float32 0.71x -> 0.99x, bfloat16 0.87x -> 0.98x, float16 1.02x -> 1.35x.
 // A 16-bit result takes the product by 1/6 (in float) for the division: the float results differ (2282 of the 65536
@@ -915,7 +916,7 @@ struct Hardsigmoid {
   ACTIVATION_FN explicit Hardsigmoid(const double*) {}
   ACTIVATION_FN T forward(T x) const {
     const T shifted = x + T(3);
-    const T above_zero = shifted < T(0) ? T(0) : shifted;  // NaN passes: a max instruction (maxps(0, shifted))
+    const T above_zero = shifted < T(0) ? T(0) : shifted;  // NaN passes, as through maxps(0, shifted)
     const T clamped = above_zero > T(6) ? T(6) : above_zero;
     if constexpr (k16BitResult) return clamped * T(1.0 / 6.0);
     return clamped / T(6);
