@@ -1,7 +1,8 @@
 """The CPU backwards from the output (tanh, sigmoid: grad and y in, grad_in out), 2^22 elements, with 16 threads and
 with 2: the operators alone (torch's tanh_backward / sigmoid_backward against our internal `backward`), the same
 through torch.autograd.grad (as bench.py times them), and torch.mul of the same two tensors (the same bytes, torch's
-elementwise loop). Samples of all five taken in turn (bench.interleaved_ms), three rounds; microseconds a call.
+elementwise loop). Samples of all five taken in turn (bench.interleaved_ms), four rounds, the order reversed in every
+other one; microseconds a call.
 
     python tools/cpu_backward_from_output_ops.py
 """
@@ -37,10 +38,12 @@ def main():
                     "mul": lambda: torch.mul(grad, y),
                 }
                 torch.testing.assert_close(runs["ours op"](), runs["torch op"]())
-                for _ in range(3):
-                    ms = bench.interleaved_ms(runs, cpu, 40)
-                    times = "  ".join(f"{name} {value * 1e3:.0f}us" for name, value in ms.items())
-                    print(f"threads {threads} {op} {dtype}: {times}", flush=True)
+                for round_ in range(4):  # the order of the samples reversed every other round, as bench.py does
+                    order = list(runs) if round_ % 2 == 0 else list(runs)[::-1]
+                    ms = bench.interleaved_ms({name: runs[name] for name in order}, cpu, 40)
+                    times = "  ".join(f"{name} {ms[name] * 1e3:.0f}us" for name in runs)
+                    print(f"threads {threads} {op} {dtype} ({'in order' if round_ % 2 == 0 else 'reversed'}): {times}",
+                          flush=True)
 
 
 if __name__ == "__main__":
