@@ -439,6 +439,11 @@ def test_float32_whole_range(name, device):
     check_at_random_gradient(name, x, f"{name} float32 {device} sweep")
 
 
+def every_16bit_value(dtype, device):
+    """Every float16 or bfloat16 bit pattern, 65536 values in the order of their bits as int16."""
+    return torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype).to(device)
+
+
 @pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16], ids=str)
 @pytest.mark.parametrize("name", CASES)
@@ -446,7 +451,7 @@ def test_16bit_every_input(name, dtype, device):
     """Every float16 or bfloat16 bit pattern (65536: both infinities, NaNs, zeros and subnormals among them), forward
     and backward at a random gradient, against float64: correctly rounded or one ulp off everywhere, whichever
     formula the 16-bit result takes (the GPU's approximate intrinsics, the CPU's plain slope product)."""
-    x = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype).to(device)
+    x = every_16bit_value(dtype, device)
     check_at_random_gradient(name, x, f"{name} {dtype} {device} every input")
 
 
@@ -457,7 +462,7 @@ def test_16bit_hardsigmoid_product_is_the_division(dtype, device):
     the float results differ for thousands of inputs, but rounded to the 16-bit type every one is torch's, bit for
     bit (NaNs as NaNs), on both devices. A formula that moved one result by one ulp would still pass
     test_16bit_every_input; here it fails."""
-    x = torch.arange(-32768, 32768, dtype=torch.int32).to(torch.int16).view(dtype).to(device)
+    x = every_16bit_value(dtype, device)
     clamped = (x.float() + 3).clamp(0, 6)
     assert ((clamped * (1 / 6)) != clamped / 6).any(), "the product is the division in float: the test shows nothing"
     assert_same_bits(activations.hardsigmoid(x), F.hardsigmoid(x), x, f"hardsigmoid {dtype} {device}",
