@@ -493,46 +493,47 @@ inline double log1p(double u) {
 // Phi(x) (the normal CDF) and phi(x) (its density) in double for the host GELU: libm's erfc is a call, which
 // kept the float64 GELU loops scalar (0.38-0.42x of torch's). For a = |x|: Phi(-a) = E t S(t), with
 // E = exp(-a^2 / 2) (a^2 in two parts: the exponential would magnify the rounding of a^2 / 2, up to 749, times),
-// t = 1 / (1 + a / 2) and S(t) = Phi(-a) / (E t), which stays within [0.2, 0.5] for every a. S is a polynomial of
-// degree 19 in u = t - c on two pieces of a, [0, 2.75] and beyond, within 2^-59.5 of S on each
-// (tools/normal_tail_fit.py prints the coefficients); each element selects its piece's coefficients. Then
-// Phi(a) = 1 - Phi(-a) and phi = E / sqrt(2 pi). a is clamped to 38.7, past which Phi(-a) rounds to 0; NaN takes
-// 38.7 too, and x carries it into the result.
-// Rounding: a / 2 is exact, so 1 + a / 2 is held exactly in two parts and t's own error eps is known
-// (t (1 + eps) = 1 / (1 + a / 2)); S's last step keeps its two rounding errors (the product's by an fma, the sum's
-// by Fast2Sum: on each piece |S - c0| <= c0, which the fit script checks), adds c0's second part and eps's effect
-// on u; t S (1 + eps) (1 + p) 2^k is then rounded once.
-// Against quad precision (tools/float64_ulp.cpp, 4 million inputs): GELU forward <= 2.65 ulp, backward <= 2.22
-// (Cody's, which this form replaced: 2.97 and 2.25).
+// t = 1 / (1 + P a), P = 0.2, and S(t) = Phi(-a) / (E t), which falls from 1/2 at a = 0 towards P / sqrt(2 pi) as
+// a grows. S is one polynomial of degree 23 in u = t - c, c the middle of t's range, over the whole of a in
+// [0, 38.7], within 2^-60.8 of S (tools/normal_tail_fit.py prints the coefficients; with P = 0.25 the same degree
+// reaches 2^-57.9, with 0.3 2^-54.6). Then Phi(a) = 1 - Phi(-a) and phi = E / sqrt(2 pi). a is clamped to 38.7,
+// past which Phi(-a) rounds to 0; NaN takes 38.7 too, and x carries it into the result.
+// Rounding: 1 + P a is held exactly in two parts (P a's own rounding by an fma, the sum's by Fast2Sum), so t's
+// own error eps is known (t (1 + eps) = 1 / (1 + P a)); S's last step keeps its two rounding errors (the product's
+// by an fma, the sum's by TwoSum: u s1 may outweigh c0), adds c0's second part and what t's error moves S by
+// (t eps S'(u)); t S (1 + eps) (1 + p) 2^k is then rounded once.
+// Against quad precision (tools/float64_ulp.cpp, 4 million inputs): GELU forward <= 3.00 ulp, backward <= 2.22.
 // Speed, one thread, 2^14 inputs in cache, ns an element: Cody's rational approximations (three intervals, each
 // computed and one selected, the middle one's degree-8 polynomials compensated in part to reach 3.0 ulp) took
 // 3.1 against torch's 1.9 (torch forms 1 + erf, which cancels: its gelu(-8) is 2 % off, gelu(-8.5) is -0).
-// This form: one polynomial of degree 29 over the whole range, 2.9, every fma waiting on the one before; in four
-// chains of u^4, 2.0; two pieces of degree 19, 1.8; the last step alone compensated and by Fast2Sum, 1.5.
+// With t = 1 / (1 + a / 2): one polynomial of degree 29 over the whole range, 2.9, every fma waiting on the one
+// before; in four chains of u^4, 2.0; two pieces of a, [0, 2.75] and beyond, of degree 19, 1.8; the last step
+// alone compensated and by Fast2Sum, 1.5 (2.65 ulp forward, 2.22 backward). Each element selected its piece's 20
+// coefficients, which AVX2 does by blends (vblendvpd, three micro-ops on Intel's recent cores): the AVX2 loop took
+// twice the AVX-512 one's time. This form has no selects. tools/cpu_gelu_float64_loop.cpp (one thread, 4096
+// inputs from randn in cache, three rounds in turn), ns an element, two pieces -> this, Emerald Rapids: AVX2
+// forward 6.36 -> 4.83, backward 6.66-6.69 -> 5.01; AVX-512 forward 3.18 -> 3.13-3.14, backward 3.29 -> 3.23-3.24.
+// With s1 = c1 + u s2 compensated too (2.70 ulp forward over a million inputs, not kept): AVX2 5.27-5.30, AVX-512
+// 3.32-3.33 (forwards).
 struct NormalCdfPdf {
   double cdf, pdf;
 };
-constexpr double kNormalSplit = 2.75, kNearCenter = 0.7105263157894737, kFarCenter = 0.23509634035949825;
-constexpr double kNearConstantLo = -1.4767117268795822e-17, kFarConstantLo = 2.217663798090016e-17;
-constexpr double kNear[] = {
-    0.4071867062082985,    0.33687044248041914,   -0.02818511545134061,  -0.11545318884493898,
-    0.06291624714559099,   0.02192843110609952,   -0.05338259261228538,  0.03270590958615639,
-    0.004310876817691793,  -0.027686302474420173, 0.02770564289969926,   -0.01133893279360036,
-    -0.008011236464400148, 0.01946971202770038,   -0.019032298800776372, 0.00927675485788057,
-    0.003947436107964311,  -0.014430308388806181, 0.015899336685505253,  -0.007357252326773836};
-constexpr double kFar[] = {
-    0.2550125848195308,  0.27318353922335764, 0.1505790064476534,   -0.0608551973755692,
-    -0.1429012048013468, 0.03257646599157945, 0.17539167297502622,  -0.06816851780382753,
-    -0.2608184173030606, 0.22726477033790277, 0.3792539364723796,   -0.7217494661126368,
-    -0.2844751899621972, 1.952084071270814,   -1.1875364143796605,  -3.8475526790604637,
-    7.231227308840062,   2.460240327518678,   -17.716623150917663,  10.621309628015444};
-// sum over j of c[from + 4 j] v^j, j < 4, for the piece that `near` selects.
+constexpr double kNormalScale = 0.2, kNormalCenter = 0.5572082379862701;
+constexpr double kNormalConstantLo = 7.581542289324752e-18;
+constexpr double kNormal[] = {
+    0.1704614374834871,     0.31683546992599076,   0.4935819462530592,    0.6379931058324925,
+    0.6681323840994656,     0.5384858826376967,    0.29222189897984846,   0.051165301256773245,
+    -0.0706744986886359,    -0.05858299325406241,  0.0031773746846289305, 0.027527509424838614,
+    0.006404288560649795,   -0.012483998587658961, -0.005197055356721721, 0.006453103762392737,
+    0.0031192655167404854,  -0.003927887510817906, -0.0015894453948199065, 0.002627707170971802,
+    0.0006216161019494529,  -0.001627102845594507, -0.0001316251482095345, 0.0006403963590114918};
+// sum over j < 5 of kNormal[from + 4 j] v^j.
 template <int kFrom>
-inline double normal_chain(bool near, double v) {
-  double s = near ? kNear[kFrom + 12] : kFar[kFrom + 12];
-  s = fma(s, v, near ? kNear[kFrom + 8] : kFar[kFrom + 8]);
-  s = fma(s, v, near ? kNear[kFrom + 4] : kFar[kFrom + 4]);
-  return fma(s, v, near ? kNear[kFrom] : kFar[kFrom]);
+inline double normal_chain(double v) {
+  double s = fma(kNormal[kFrom + 16], v, kNormal[kFrom + 12]);
+  s = fma(s, v, kNormal[kFrom + 8]);
+  s = fma(s, v, kNormal[kFrom + 4]);
+  return fma(s, v, kNormal[kFrom]);
 }
 inline NormalCdfPdf normal(double x) {
   // a = min(|x|, 38.7) by an integer minimum of the bits (a non-negative double's bits order as its values do).
@@ -540,27 +541,30 @@ inline NormalCdfPdf normal(double x) {
   const double a = from_bits(magnitude < largest ? magnitude : largest);
   const double square = a * a;
   const ExpParts e = exp_parts(-0.5 * square, -0.5 * fma(a, a, -square));
-  const double half_a = 0.5 * a;
-  const double d = 1.0 + half_a;
-  const double d_lo = half_a > 1.0 ? (half_a - d) + 1.0 : (1.0 - d) + half_a;  // 1 + a / 2 = d + d_lo (Fast2Sum)
+  const double scaled = kNormalScale * a;
+  const double d = 1.0 + scaled;
+  const double d_lo = (scaled > 1.0 ? (scaled - d) + 1.0 : (1.0 - d) + scaled) +  // 1 + P a = d + d_lo
+                      fma(kNormalScale, a, -scaled);
   const double t = 1.0 / d;
   const double eps = fma(-t, d, 1.0) - t * d_lo;
-  const bool near = a <= kNormalSplit;
-  const double u = t - (near ? kNearCenter : kFarCenter), u_lo = t * eps;
+  const double u = t - kNormalCenter, u_lo = t * eps;
   // S = c0 + c1 u + c2 u^2 + c3 u^3 + u^4 (h0 + h1 u + h2 u^2 + h3 u^3), h_i = sum over j of c[4 + i + 4 j] u^(4 j).
   const double u2 = u * u, u4 = u2 * u2;
-  const double h01 = fma(normal_chain<5>(near, u4), u, normal_chain<4>(near, u4));
-  const double h23 = fma(normal_chain<7>(near, u4), u, normal_chain<6>(near, u4));
-  double s1 = fma(h23, u2, h01);  // S = c0 + u s1, s1 built by Horner from here
-  s1 = fma(s1, u, near ? kNear[3] : kFar[3]);
-  s1 = fma(s1, u, near ? kNear[2] : kFar[2]);
-  s1 = fma(s1, u, near ? kNear[1] : kFar[1]);
-  // S = s + s_lo: c0 + u s1 with the product's and the sum's rounding errors, c0's second part and u_lo s1.
-  const double c0 = near ? kNear[0] : kFar[0];
+  const double h01 = fma(normal_chain<5>(u4), u, normal_chain<4>(u4));
+  const double h23 = fma(normal_chain<7>(u4), u, normal_chain<6>(u4));
+  const double s4 = fma(h23, u2, h01);  // S = c0 + u s1, s_k = c_k + u s_(k+1), from s4 by Horner
+  const double s3 = fma(s4, u, kNormal[3]);
+  const double s2 = fma(s3, u, kNormal[2]);
+  const double s1 = fma(s2, u, kNormal[1]);
+  // S'(u) = s1 + u s2 + u^2 s3 + u^3 s4 + ...; the terms left out (u^4 s5 on) are up to 12 % of it, so u_lo S'
+  // is off by at most 0.061 eps S.
+  const double slope = fma(fma(fma(s4, u, s3), u, s2), u, s1);
+  // S = s + s_lo: c0 + u s1 with the product's and the sum's rounding errors, c0's second part and u_lo S'.
   const double product = s1 * u;
-  const double s = c0 + product;
-  const double s_lo = fma(s1, u_lo, (fma(s1, u, -product) + ((c0 - s) + product)) +
-                                        (near ? kNearConstantLo : kFarConstantLo));
+  const double s = kNormal[0] + product;
+  const double product_part = s - kNormal[0];
+  const double sum_lo = (kNormal[0] - (s - product_part)) + (product - product_part);
+  const double s_lo = fma(slope, u_lo, (fma(s1, u, -product) + sum_lo) + kNormalConstantLo);
   // R = t (1 + eps) S = r + r_lo, then Phi(-a) = (1 + p) R 2^k rounded once.
   const double r = t * s;
   const double r_lo = fma(t, s, -r) + fma(t, s_lo, r * eps);
