@@ -353,7 +353,7 @@ def best_of_rounds(fns, device, reps, rounds):
 
 
 def error_text(error):
-    return f"{type(error).__name__}: {error}".splitlines()[0][:300]
+    return f"{type(error).__name__}: {error}".splitlines()[0][:600]
 
 
 # ---------------------------------------------------------------------------------------------------------------
@@ -499,7 +499,10 @@ def check_close(actual, expected, what):
             try:
                 torch.testing.assert_close(a[start:end], e[start:end], atol=tol, rtol=tol)
             except AssertionError as error:
-                raise AssertionError(f"{what}: differs from torch in elements {start}..{end}: {error}") from None
+                # assert_close's lines (how many differ, the greatest differences and where) on one line: the
+                # table prints an error's first line only.
+                detail = "; ".join(line.strip() for line in str(error).splitlines() if line.strip())
+                raise AssertionError(f"{what}: differs from torch in elements {start}..{end}: {detail}") from None
 
 
 def peak_bytes(run, device):

@@ -1630,6 +1630,20 @@ def test_bench_kernelbench_section_selects_the_problems_of_the_ops_named():
     assert bench.kernelbench_problems(None) == list(activations.PROBLEMS)
 
 
+def test_bench_names_how_a_cell_differs_from_torch():
+    """A cell whose result differs from torch's prints one line (bench.error_text keeps an error's first): it says
+    how many elements differ and where the greatest difference is, not only that some do."""
+    import bench
+
+    ours, theirs = torch.zeros(1000), torch.zeros(1000)
+    ours[637] = 0.5
+    with pytest.raises(AssertionError) as caught:
+        bench.check_close((ours,), (theirs,), "ours relu float32 forward")
+    line = bench.error_text(caught.value)
+    assert "ours relu float32 forward" in line and "Mismatched elements: 1 / 1000" in line, line
+    assert "Greatest absolute difference: 0.5 at index (637,)" in line, line
+
+
 def test_bench_copy_floor_is_one_per_run_on_the_gpu_and_per_tensor_bytes_on_the_cpu(tmp_path):
     """bench.py's % of copy: on the CPU each cell divides by the copy of its own tensor's bytes (the caches make a
     copy's rate depend on its size), on the GPU every cell by one copy, the run's largest tensor in float32. A
