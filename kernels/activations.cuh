@@ -543,8 +543,7 @@ inline NormalCdfPdf normal(double x) {
   const ExpParts e = exp_parts(-0.5 * square, -0.5 * fma(a, a, -square));
   const double scaled = kNormalScale * a;
   const double d = 1.0 + scaled;
-  const double d_lo = (scaled > 1.0 ? (scaled - d) + 1.0 : (1.0 - d) + scaled) +  // 1 + P a = d + d_lo
-                      fma(kNormalScale, a, -scaled);
+  const double d_lo = one_plus_error(scaled, d) + fma(kNormalScale, a, -scaled);  // 1 + P a = d + d_lo
   const double t = 1.0 / d;
   const double eps = fma(-t, d, 1.0) - t * d_lo;
   const double u = t - kNormalCenter, u_lo = t * eps;
