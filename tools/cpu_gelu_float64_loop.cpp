@@ -17,10 +17,6 @@
 
 using namespace activations;
 
-#define AVX2_LOOP                                                                                        \
-  __attribute__((target("avx2,fma,f16c"), optimize("gcse", "no-thread-jumps", "expensive-optimizations"), \
-                 flatten, noinline))
-
 #define GELU64_LOOPS(SUFFIX, ATTRIBUTES)                                                                 \
   ATTRIBUTES void forward_##SUFFIX(int64_t n, const double* __restrict x, double* __restrict y) {        \
     for (int64_t i = 0; i < n; ++i) y[i] = x[i] * host_double::normal(x[i]).cdf;                         \

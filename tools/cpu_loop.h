@@ -1,7 +1,8 @@
-// What the CPU loop tools (cpu_gelu_loop.cpp, cpu_gelu_table.cpp, cpu_sigmoid_loop.cpp) share: the build's AVX-512
-// loop attribute (ACTIVATIONS_CPU_WIDE_LOOP in kernels/cpu_kernels.cpp; compile with activations.py's CXX_FLAGS, as
-// the tools' headers say), the best time of many calls of a loop over n elements, in ns an element, a walk over
-// float32 inputs and the ulp measure of the tests.
+// What the CPU loop tools (cpu_gelu_loop.cpp, cpu_gelu_table.cpp, cpu_sigmoid_loop.cpp, cpu_gelu_float64_loop.cpp)
+// share: the build's loop attributes, AVX-512 (LOOP) and AVX2 (AVX2_LOOP) (ACTIVATIONS_CPU_LOOP_FOR and
+// ACTIVATIONS_CPU_WIDE_LOOP in kernels/cpu_kernels.cpp, kept out of line here; compile with activations.py's
+// CXX_FLAGS, as the tools' headers say), the best time of many calls of a loop over n elements, in ns an element, a
+// walk over float32 inputs and the ulp measure of the tests.
 #pragma once
 
 #include <math.h>
@@ -12,9 +13,10 @@
 #include <chrono>
 #include <vector>
 
-#define LOOP                                                                                          \
-  __attribute__((target("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,prefer-vector-width=512"), \
-                 optimize("gcse", "no-thread-jumps", "expensive-optimizations"), flatten, noinline))
+#define LOOP_FOR(isa) \
+  __attribute__((target(isa), optimize("gcse", "no-thread-jumps", "expensive-optimizations"), flatten, noinline))
+#define LOOP LOOP_FOR("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,prefer-vector-width=512")
+#define AVX2_LOOP LOOP_FOR("avx2,fma,f16c")
 
 template <class F>
 double best_ns_per_element(F loop, int64_t n, int calls) {
