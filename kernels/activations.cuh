@@ -849,8 +849,9 @@ struct Relu {
   double passing = 1.0, blocked = 0.0;
   ACTIVATION_FN explicit Relu(const double*) {}
   // NaN propagates. -0.0 gives +0.0, as torch.relu does on CUDA (torch's CPU kernel returns -0.0 there; the two
-  // differ only in the sign of that zero).
-  ACTIVATION_FN T forward(T x) const { return (x > T(0) || x != x) ? x : T(0); }
+  // differ only in the sign of that zero). x where the gradient passes: one compare, where (x > 0 || x != x) took
+  // two and an or of their masks in the CPU loop.
+  ACTIVATION_FN T forward(T x) const { return passes(x) ? x : T(0); }
   // torch's threshold_backward passes the gradient where !(x <= 0): NaN inputs pass it, +-0.0 block it.
   ACTIVATION_FN bool passes(T x) const { return !(x <= T(0)); }
   template <class Holds>
