@@ -255,10 +255,10 @@ inline float exp_nonpositive(float x) {
 // 1 + u = m + c exactly (c: the rounding error of the sum, by Fast2Sum) and m = 2^k f, f in [sqrt(1/2), sqrt(2)),
 // log1p(u) = k ln2 + log(1 + r) with r = f - 1 + c 2^-k (f - 1 is exact); log(1 + r) by Cephes' logf
 // polynomial, k ln2 in two parts as in minus_k_ln2. log1p takes every u >= -1 (-1 gives -inf, below it NaN), NaN
-// and +inf returned as they are, +-0 kept; log1p_nonnegative is the arithmetic alone, for finite u >= 0 or NaN
-// (softplus's log1p(exp(-|z|)), whose loop the selects that tell the special cases apart took from 83 vector
-// instructions for 16 float32 elements to 101).
-inline float log1p_nonnegative(float u) {
+// and +inf returned as they are, +-0 kept. log1p_arithmetic is its arithmetic without the special cases, for finite
+// u > -1 other than -0.0 (NaN passes through): the CPU softplus's log1p(exp(-|z|)) takes it, whose loop the
+// selects that tell the special cases apart took from 83 vector instructions for 16 float32 elements to 101.
+inline float log1p_arithmetic(float u) {
   const float m = 1.0f + u;
   const float c = one_plus_error(u, m);
   const uint32_t m_bits = bits_of(m);
@@ -283,7 +283,7 @@ inline float log1p_nonnegative(float u) {
 }
 inline float log1p(float u) {
   const float special = u == -1.0f ? -INFINITY : (u < -1.0f ? NAN : u);  // -1, below, NaN, +inf, +-0
-  return (u == 0.0f || u == INFINITY || !(u > -1.0f)) ? special : log1p_nonnegative(u);
+  return (u == 0.0f || u == INFINITY || !(u > -1.0f)) ? special : log1p_arithmetic(u);
 }
 
 // sigmoid(x) and 1 - sigmoid(x) = sigmoid(-x) in float for the CPU kernels (sigmoid, SiLU, softplus's and Mish's
@@ -465,10 +465,10 @@ inline double expm1_nonpositive(double x) {
 // fdlibm's log1p, branch-free: 1 + u = m + c exactly (c by Fast2Sum), m = 2^k (1 + f) with 1 + f in
 // [sqrt(1/2), sqrt(2)) (f exact; f = u itself where k = 0), and log1p(u) = k ln2 + log(1 + f) + c / m, with
 // log(1 + f) = f - (f^2 / 2 - s (f^2 / 2 + R(s^2))), s = f / (2 + f), R fdlibm's degree-7 polynomial. For
-// u >= -1 (-1 gives -inf, below it NaN), NaN and +inf returned as they are, +-0 kept; log1p_nonnegative is the
-// arithmetic alone, for finite u >= 0 or NaN (as host_float's). Against quad precision on 8 million inputs
+// u >= -1 (-1 gives -inf, below it NaN), NaN and +inf returned as they are, +-0 kept; log1p_arithmetic is the
+// arithmetic without those cases, as host_float's. Against quad precision on 8 million inputs
 // (tools/float64_ulp.cpp): <= 0.80 ulp (libm's: 0.82).
-inline double log1p_nonnegative(double u) {
+inline double log1p_arithmetic(double u) {
   const double m = 1.0 + u;
   const double c = u > 1.0 ? 1.0 - (m - u) : u - (m - 1.0);
   // k + 1023 from the bits of m / sqrt(1/2) (0x3fe6...: sqrt(1/2)), and k as a double by the exponent-field
@@ -494,7 +494,7 @@ inline double log1p_nonnegative(double u) {
 }
 inline double log1p(double u) {
   const double special = u == -1.0 ? -INFINITY : (u < -1.0 ? NAN : u);  // -1, below, NaN, +inf, +-0
-  return (u == 0.0 || u == INFINITY || !(u > -1.0)) ? special : log1p_nonnegative(u);
+  return (u == 0.0 || u == INFINITY || !(u > -1.0)) ? special : log1p_arithmetic(u);
 }
 
 // Phi(x) (the normal CDF) and phi(x) (its density) in double for the host GELU: libm's erfc is a call, which
@@ -695,20 +695,20 @@ ACTIVATION_FN float expm1_for_16bit(float x) {
 }
 
 // More elementary functions in the compute type, each accurate to a few ulp on both devices.
-// log1p_nonnegative_of: log1p for finite x >= 0 or NaN (the CPU's softplus).
+// log1p_arithmetic_of: log1p for finite x > -1 other than -0.0, or NaN (the CPU's softplus).
 #ifdef __CUDA_ARCH__
 ACTIVATION_FN float log1p_of(float x) { return log1pf(x); }
 ACTIVATION_FN float erfc_of(float x) { return erfcf(x); }
 #else
 ACTIVATION_FN float log1p_of(float x) { return host_float::log1p(x); }
-ACTIVATION_FN float log1p_nonnegative_of(float x) { return host_float::log1p_nonnegative(x); }
+ACTIVATION_FN float log1p_arithmetic_of(float x) { return host_float::log1p_arithmetic(x); }
 ACTIVATION_FN float erfc_of(float x) { return erfcf(x); }
 #endif
 #ifdef __CUDA_ARCH__
 ACTIVATION_FN double log1p_of(double x) { return log1p(x); }
 #else
 ACTIVATION_FN double log1p_of(double x) { return host_double::log1p(x); }
-ACTIVATION_FN double log1p_nonnegative_of(double x) { return host_double::log1p_nonnegative(x); }
+ACTIVATION_FN double log1p_arithmetic_of(double x) { return host_double::log1p_arithmetic(x); }
 #endif
 ACTIVATION_FN double erfc_of(double x) { return erfc(x); }
 
@@ -1247,7 +1247,7 @@ struct Softplus {
     const T lost_finite = lost - lost == T(0) ? lost : T(0);
     const bool positive = z > T(0);
     const T e = exp_nonpositive_of(positive ? -z : z);
-    const T tail = log1p_nonnegative_of(fma_of(e, positive ? -lost_finite : lost_finite, e));
+    const T tail = log1p_arithmetic_of(fma_of(e, positive ? -lost_finite : lost_finite, e));  // of [0, 1] or NaN
     const T result = positive ? z + (tail + lost_finite) : tail;
 #endif
     // beta = 1, torch's default, skips the division (a uniform branch: every thread takes the same side).
