@@ -231,6 +231,16 @@ def table_rows(ops=None):
 # Device helpers and the timing helpers
 
 
+def warm_torch_cpu_math():
+    """Runs torch's tanh-form GELU once, so that every CPU row compares with torch's faster state, whatever rows run
+    before it. On a 2-core AMD EPYC of Zen 4 (results/cpu-epyc-2026-12-07/softplus_torch_order.log) torch's float32
+    expm1, log1p and log, and the ELU, SELU and softplus built on them, took 3-10x their time in a process where
+    that GELU had not yet run (one thread: expm1 10.1 -> 1.2 ns an element, log1p 11.6 -> 0.9, F.elu 8.8 -> 1.4),
+    process-wide, after it had run once on any 1024 elements. The cause was not found: the same Sleef function in
+    perf, the same MXCSR and the same page faults in both states."""
+    torch.nn.functional.gelu(torch.randn(1024), approximate="tanh")
+
+
 def keep_freed_memory():
     """On glibc, has malloc keep the memory that freed tensors held, as torch's CUDA caching allocator does on the
     GPU: mmap off (M_MMAP_MAX 0) and no trimming of the heap (M_TRIM_THRESHOLD). By default glibc maps every block
@@ -1736,6 +1746,7 @@ def main(argv=None):
         malloc_note = keep_freed_memory()
         if malloc_note:
             print(malloc_note)
+        warm_torch_cpu_math()
 
     reps = args.reps or DEFAULT_REPS
     rows = table_rows(args.ops)

@@ -18,6 +18,7 @@ import bench  # noqa: E402
 
 def main():
     torch.set_num_threads(1)
+    bench.warm_torch_cpu_math()
     numel = int(sys.argv[2]) if len(sys.argv) > 2 else 1 << 18
     rows = {row.name: row for row in bench.table_rows()}
     for cell in sys.argv[1].split(","):
