@@ -233,9 +233,9 @@ def table_rows(ops=None):
 
 def warm_torch_cpu_math():
     """Runs torch's tanh-form GELU once, so that every CPU row compares with torch's faster state, whatever rows run
-    before it. On a 2-core AMD EPYC of Zen 4 (results/cpu-epyc-2026-12-07/softplus_torch_order.log) torch's float32
+    before it. On a 2-core AMD EPYC of Zen 4 (results/cpu-epyc-2026-12-07/torch_cpu_state.log) torch's float32
     expm1, log1p and log, and the ELU, SELU and softplus built on them, took 3-10x their time in a process where
-    that GELU had not yet run (one thread: expm1 10.1 -> 1.2 ns an element, log1p 11.6 -> 0.9, F.elu 8.8 -> 1.4),
+    that GELU had not yet run (one thread: expm1 9.8 -> 1.2 ns an element, log1p 11.5 -> 0.9, F.elu 8.6 -> 1.3),
     process-wide, after it had run once on any 1024 elements. The cause was not found: the same Sleef function in
     perf, the same MXCSR and the same page faults in both states."""
     torch.nn.functional.gelu(torch.randn(1024), approximate="tanh")
