@@ -19,6 +19,7 @@ import bench  # noqa: E402
 
 def main():
     bench.keep_freed_memory()
+    bench.warm_torch_cpu_math()
     cpu = torch.device("cpu")
     n = 1 << 22
     for threads in (16, 2):

@@ -17,6 +17,7 @@ import bench  # noqa: E402
 
 def main():
     cpu = torch.device("cpu")
+    bench.warm_torch_cpu_math()
     for n in [int(n) for n in os.environ.get("ROWS", "4 8 12 16 32 64 128 256 1000").split()]:
         for dtype in [torch.float32, torch.bfloat16]:
             x = torch.randn(2**21 // n, n, dtype=dtype)
