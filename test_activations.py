@@ -3009,7 +3009,9 @@ def distributed_worker(kind, rank, world_size, port, seed, output, device_type="
                             world_size=world_size, timeout=timeout)
     try:
         if kind == "dtensor":
-            return torch.save(dtensor_mismatches(rank, world_size, seed), output)
+            torch.save(dtensor_mismatches(rank, world_size, seed), output)
+            dist.barrier()  # no rank tears its group down while another still talks to it
+            return
         result = {}
         for flavour in ("torch", "ours"):
             model = distributed_test_model(seed, device)
@@ -3039,6 +3041,7 @@ def distributed_worker(kind, rank, world_size, port, seed, output, device_type="
                 params[name] = (p.full_tensor() if hasattr(p, "full_tensor") else p).cpu().clone()
             result[flavour] = {"params": params, "types": _activation_types(inner), "losses": losses}
         torch.save(result, output)
+        dist.barrier()
     finally:
         dist.destroy_process_group()
 
@@ -3142,13 +3145,19 @@ def run_distributed(kind, seed, tmp_path, device_type="cpu"):
     processes, logs = [], []
     try:
         for rank in range(DISTRIBUTED_WORLD_SIZE):
-            code = (f"import sys; sys.path.insert(0, {HERE!r}); import test_activations; "
+            # A worker that returns has saved its result, met the other ranks at a barrier and destroyed its group;
+            # it then leaves by os._exit, skipping the interpreter's finalization. In one CI run rank 1 aborted
+            # ("terminate called without an active exception", exit -6) after rank 0 had finished cleanly, so past
+            # every collective: in teardown, in torch's C++ (our code starts no threads); 70 runs here did not repeat
+            # it. -X faulthandler prints each thread's Python stack should a worker abort before it returns.
+            code = (f"import os, sys; sys.path.insert(0, {HERE!r}); import test_activations; "
                     f"test_activations.distributed_worker({kind!r}, {rank}, {DISTRIBUTED_WORLD_SIZE}, {store.port}, "
-                    f"{seed}, {str(tmp_path / f'rank{rank}.pt')!r}, {device_type!r})")
+                    f"{seed}, {str(tmp_path / f'rank{rank}.pt')!r}, {device_type!r}); "
+                    f"sys.stdout.flush(); sys.stderr.flush(); os._exit(0)")
             log = open(tmp_path / f"rank{rank}.log", "w+")
             logs.append(log)
-            processes.append(subprocess.Popen([sys.executable, "-c", code], cwd=HERE, env=env, stdout=log,
-                                              stderr=subprocess.STDOUT))
+            processes.append(subprocess.Popen([sys.executable, "-X", "faulthandler", "-c", code], cwd=HERE, env=env,
+                                              stdout=log, stderr=subprocess.STDOUT))
         deadline = time.monotonic() + DISTRIBUTED_DEADLINE_S
         while any(p.poll() is None for p in processes) and time.monotonic() < deadline:
             time.sleep(0.1)
