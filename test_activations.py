@@ -469,6 +469,22 @@ def test_16bit_hardsigmoid_product_is_the_division(dtype, device):
                      nans_alike=True)
 
 
+def test_float32_hardsigmoid_is_the_division_on_the_cpu():
+    """The CPU's float32 hardsigmoid takes min(max(x + 3, 0), 6) / 6 as the product by 1/6 corrected by one fma:
+    the same bits as the division for every value the clamp can give (0, and the float32 multiples of 2^-22 from
+    2^-22 to 6 that x + 3 rounds to; the fma's correction is wrong only for quotients below 2^-126). Here every
+    multiple of 2^-23 in [0, 6] is such a value, from the input x = that value - 3 (exact in float32), against
+    torch's division, without and with a mask for the backward; the product alone differs for some of them, which
+    the test checks first."""
+    clamped = torch.arange(0, 6 * 2**23 + 1, dtype=torch.float64).mul_(2.0**-23).float()
+    assert ((clamped * (1 / 6)) != clamped / 6).any(), "the product is the division: the test shows nothing"
+    for part in (clamped - 3).split(1 << 24):
+        expected = F.hardsigmoid(part)
+        for with_mask in (False, True):
+            ours_ = activations.hardsigmoid(part.detach().requires_grad_(with_mask)).detach()
+            assert_same_bits(ours_, expected, part, f"float32 hardsigmoid, cpu, with_mask={with_mask}")
+
+
 def test_float64_normal_coefficients_are_what_the_fit_script_prints():
     """host_double::normal's polynomial (kernels/activations.cuh, the CPU's float64 GELU) is the fit that
     tools/normal_tail_fit.py makes: the same doubles (its scale P, center, coefficients and the constant's second
