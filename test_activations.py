@@ -469,20 +469,28 @@ def test_16bit_hardsigmoid_product_is_the_division(dtype, device):
                      nans_alike=True)
 
 
-def test_float32_hardsigmoid_is_the_division_on_the_cpu():
-    """The CPU's float32 hardsigmoid takes min(max(x + 3, 0), 6) / 6 as the product by 1/6 corrected by one fma:
-    the same bits as the division for every value the clamp can give (0, and the float32 multiples of 2^-22 from
-    2^-22 to 6 that x + 3 rounds to; the fma's correction is wrong only for quotients below 2^-126). Here every
-    multiple of 2^-23 in [0, 6] is such a value, from the input x = that value - 3 (exact in float32), against
-    torch's division, without and with a mask for the backward; the product alone differs for some of them, which
-    the test checks first."""
-    clamped = torch.arange(0, 6 * 2**23 + 1, dtype=torch.float64).mul_(2.0**-23).float()
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64], ids=str)
+def test_hardsigmoid_is_the_division_on_the_cpu(dtype):
+    """The CPU's float32 and float64 hardsigmoid take min(max(x + 3, 0), 6) / 6 as the product by 1/6 corrected by
+    one fma (the last step of Markstein's division): the division's bits for every value the clamp can give, 0 and
+    the multiples of 2^-(p - 1) from 2^-(p - 2) to 6 (p: 24 or 53 bits), all far above the underflow where the
+    correction can err. Inputs x = c - 3 (exact) for c such multiples: in float32 every one, in float64 2^22 at
+    random, fresh each run; against torch's division, without and with a mask for the backward. The product alone
+    differs for about a third of them, which the test checks first."""
+    bits = {torch.float32: 24, torch.float64: 53}[dtype]
+    if dtype == torch.float32:
+        multiples = torch.arange(0, 6 * 2**(bits - 1) + 1, dtype=torch.int64)
+    else:
+        seed = fresh_seed()
+        multiples = torch.randint(0, 6 * 2**(bits - 1) + 1, (1 << 22,), dtype=torch.int64,
+                                  generator=torch.Generator().manual_seed(seed))
+    clamped = multiples.double().mul_(2.0**-(bits - 1)).to(dtype)
     assert ((clamped * (1 / 6)) != clamped / 6).any(), "the product is the division: the test shows nothing"
     for part in (clamped - 3).split(1 << 24):
         expected = F.hardsigmoid(part)
         for with_mask in (False, True):
             ours_ = activations.hardsigmoid(part.detach().requires_grad_(with_mask)).detach()
-            assert_same_bits(ours_, expected, part, f"float32 hardsigmoid, cpu, with_mask={with_mask}")
+            assert_same_bits(ours_, expected, part, f"{dtype} hardsigmoid, cpu, with_mask={with_mask}")
 
 
 def test_float64_normal_coefficients_are_what_the_fit_script_prints():

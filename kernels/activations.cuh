@@ -3,6 +3,7 @@
 // and bfloat16 tensors (values are widened on load and rounded once on store), double for float64.
 #pragma once
 
+#include <cmath>  // std::fma, for float and double alike
 #include <math.h>
 #include <stdint.h>
 #include <string.h>
@@ -923,11 +924,13 @@ struct Hardtanh {
 // elements of the AVX2 loop. 2 threads, 2^22 elements, torch/ours, three rounds in turn: AVX2 kernels on both
 // sides, bfloat16 forward 0.91-0.94x -> 0.97-0.99x, float16 1.07-1.16x -> 1.23-1.36x; AVX-512, bfloat16
 // 1.48-1.51x -> 1.71-1.88x, float16 1.14-1.17x -> 1.53-1.79x.
-// The CPU's float32 result takes the product by 1/6 and one fma's correction (e = clamped - 6q exactly, then
-// q + e/6): the division's bits for every clamped value, which is 0 or at least 2^-22 (the correction errs only
-// below 2^-126); every float32 input gives torch's bits (results/cpu-epyc-2026-12-07/
-// hardsigmoid_float32_division.log). Zen 4, one thread, 2^18 elements in cache: 0.133-0.161 -> 0.117-0.119 ns an
-// element (torch 0.14). The GPU keeps its division: not measured there.
+// The CPU's float32 and float64 results take the product by 1/6 and one fma's correction (e = clamped - 6q
+// exactly, then q + e/6: the last step of Markstein's division), the division's bits for every clamped value, 0
+// or at least 2^-22 (2^-51 in float64), far above the underflow where the correction can err: every float32 input
+// gives torch's bits, and 2^30 random float64 clamp values did (results/cpu-epyc-2026-12-07/
+// hardsigmoid_float{32,64}_division.log). Zen 4, one thread, 2^18 elements in cache, ns an element: float32
+// 0.133-0.161 -> 0.117-0.119 (torch 0.14), float64 0.339-0.345 -> 0.209-0.210 (torch 0.34-0.36). The GPU keeps
+// its division: not measured there.
 template <class T, bool k16BitResult = false>
 struct Hardsigmoid {
   static constexpr bool kMask = true, kFromInput = false, kFromOutput = false;
@@ -938,13 +941,12 @@ struct Hardsigmoid {
     const T above_zero = shifted < T(0) ? T(0) : shifted;  // NaN passes, as through maxps(0, shifted)
     const T clamped = above_zero > T(6) ? T(6) : above_zero;
     if constexpr (k16BitResult) return clamped * T(1.0 / 6.0);
-#ifndef __CUDA_ARCH__
-    if constexpr (std::is_same_v<T, float>) {  // clamped / 6, the same bits (see above)
-      const float quotient = clamped * (1.0f / 6.0f);
-      return fmaf(fmaf(-quotient, 6.0f, clamped), 1.0f / 6.0f, quotient);
-    }
-#endif
+#ifdef __CUDA_ARCH__
     return clamped / T(6);
+#else
+    const T quotient = clamped * T(1.0 / 6.0);  // clamped / 6, the same bits (see above)
+    return std::fma(std::fma(-quotient, T(6), clamped), T(1.0 / 6.0), quotient);
+#endif
   }
   ACTIVATION_FN bool passes(T x) const { return x > T(-3) && x < T(3); }
 };
