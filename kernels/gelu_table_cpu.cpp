@@ -21,6 +21,14 @@
 // ns an element (tools/cpu_gelu_table.cpp): standard normal inputs 0.29 where the generic loop takes 0.46 (and
 // oneDNN 0.36); with standard deviation 3 (5.5 % of the elements below -4.75) 0.42 against 0.47. The inputs with
 // many elements below -4.75 pay for both forms there: uniform on [-12, 12] (30 %) 0.58 against 0.46.
+// How the lanes are packed depends on how many there are, the result not: behind a branch on each vector where the
+// last block had at most kDenseFarLanes of them, else without one. Where a few percent of the elements were below
+// -4.75 the branch went wrong every few vectors, and out of cache the loop lost the overlap of its loads with its
+// arithmetic. Zen 4, one thread, ns an element (results/cpu-epyc-2026-12-07/gelu_far_lanes_ab.log), always behind
+// the branch -> as now: 2^22 elements (GELU_N=4194304 tools/cpu_gelu_table.cpp), standard deviation 3 (5.7 %
+// below) 0.71 -> 0.47, 5 (17 %) 0.60 -> 0.54, uniform on [-12, 12] 0.63 -> 0.59 (the generic loop 0.50),
+// deviations 1 and 2 (0.9 %) 0.29 and 0.40 either way; in cache, deviation 3 0.43 -> 0.47-0.52, 5 0.55-0.57 ->
+// 0.52-0.54, uniform 0.62 -> 0.58-0.60.
 #include "gelu_table_cpu.h"
 
 #ifdef ACTIVATIONS_CPU_AVX512
@@ -94,6 +102,7 @@ alignas(64) constexpr float kPhiTail[7][32] = {
 constexpr float kTableFrom = -4.75f;  // x below it: the generic formula
 constexpr float kLargestMagnitude = 7.99999952f;  // the largest float below 8: a stays in piece 31
 constexpr int64_t kBlock = 1024;
+constexpr int kDenseFarLanes = 32;  // see the head of this file
 
 #define ACTIVATIONS_TABLE_LOOP \
   __attribute__((target("avx512f,avx512dq"), optimize("gcse", "no-thread-jumps", "expensive-optimizations")))
@@ -134,20 +143,25 @@ ACTIVATIONS_TABLE_LOOP __attribute__((always_inline)) inline __m512 gelu_by_tabl
   return _mm512_mul_ps(x, _mm512_mask_sub_ps(tail, non_negative, _mm512_set1_ps(1.0f), tail));
 }
 
-// The lanes of x (the vector at element i of the block) below kTableFrom, packed into far.
-ACTIVATIONS_TABLE_LOOP __attribute__((always_inline)) inline void pack_far_lanes(__m512 x, int64_t i, FarLanes& far) {
+// The lanes of x (the vector at element i of the block) below kTableFrom, packed into far, which holds count and
+// vectors until the block's end (in registers: far's own would go through memory, as the vector stores may alias
+// them). kBranchFree: every vector is recorded, lanes or none; else only those with lanes, behind a branch.
+template <bool kBranchFree>
+ACTIVATIONS_TABLE_LOOP __attribute__((always_inline)) inline void pack_far_lanes(__m512 x, int64_t i, FarLanes& far,
+                                                                              int& count, int& vectors) {
   const __mmask16 lanes = _mm512_cmp_ps_mask(x, _mm512_set1_ps(kTableFrom), _CMP_LT_OQ);
-  if (__builtin_expect(lanes != 0, 0)) {
-    _mm512_storeu_ps(far.x + far.count, _mm512_maskz_compress_ps(lanes, x));
-    far.count += __builtin_popcount(lanes);
-    far.vector_at[far.vectors] = i;
-    far.lanes[far.vectors++] = lanes;
+  if (kBranchFree || __builtin_expect(lanes != 0, 0)) {
+    _mm512_storeu_ps(far.x + count, _mm512_maskz_compress_ps(lanes, x));
+    count += __builtin_popcount(lanes);
+    far.vector_at[vectors] = i;
+    far.lanes[vectors++] = lanes;
   }
 }
 
 // y = gelu(x) by the table for n <= kBlock elements, the lanes below kTableFrom (whose results it writes are
 // replaced) packed into far. The table's 14 registers are loaded once per call and the loop calls nothing, so they
 // stay in registers.
+template <bool kBranchFree>
 ACTIVATIONS_TABLE_LOOP __attribute__((noinline)) void table_block(int64_t n, const float* x, float* y,
                                                                   FarLanes& far) {
   Coefficients c;
@@ -155,19 +169,21 @@ ACTIVATIONS_TABLE_LOOP __attribute__((noinline)) void table_block(int64_t n, con
   ACTIVATIONS_PIECES(0) ACTIVATIONS_PIECES(1) ACTIVATIONS_PIECES(2) ACTIVATIONS_PIECES(3) ACTIVATIONS_PIECES(4)
   ACTIVATIONS_PIECES(5) ACTIVATIONS_PIECES(6)
 #undef ACTIVATIONS_PIECES
-  far.count = far.vectors = 0;
+  int count = 0, vectors = 0;
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) {
     const __m512 v = _mm512_loadu_ps(x + i);
     _mm512_storeu_ps(y + i, gelu_by_table(c, v));
-    pack_far_lanes(v, i, far);
+    pack_far_lanes<kBranchFree>(v, i, far, count, vectors);
   }
   if (i < n) {  // the last lanes; those masked off read 0, which is not below kTableFrom
     const __mmask16 lanes = static_cast<__mmask16>((1u << (n - i)) - 1);
     const __m512 v = _mm512_maskz_loadu_ps(lanes, x + i);
     _mm512_mask_storeu_ps(y + i, lanes, gelu_by_table(c, v));
-    pack_far_lanes(v, i, far);
+    pack_far_lanes<kBranchFree>(v, i, far, count, vectors);
   }
+  far.count = count;
+  far.vectors = vectors;
 }
 
 // The packed results of far into y, each into its element's place.
@@ -184,12 +200,18 @@ ACTIVATIONS_TABLE_LOOP void unpack(const FarLanes& far, float* y) {
 
 void gelu_forward_by_table(int64_t n, const float* x, float* y, GeluLoop generic) {
   FarLanes far;
+  bool dense = false;  // whether the last block had more than kDenseFarLanes elements below kTableFrom
   for (int64_t first = 0; first < n; first += kBlock) {
-    table_block(std::min(kBlock, n - first), x + first, y + first, far);
+    if (dense) {
+      table_block<true>(std::min(kBlock, n - first), x + first, y + first, far);
+    } else {
+      table_block<false>(std::min(kBlock, n - first), x + first, y + first, far);
+    }
     if (far.count > 0) {
       generic(far.count, far.x, far.y);
       unpack(far, y + first);
     }
+    dense = far.count > kDenseFarLanes;
   }
 }
 

@@ -1,7 +1,8 @@
 // The float32 GELU forward on AVX-512 CPUs: the table form (kernels/gelu_table_cpu.cpp) against the generic loop
 // (float_math::normal_tail, what the other CPUs and the GPU run), one thread, in cache, in turn, on inputs of
 // several spreads: normal with standard deviation 1, 2, 3 and 5, and uniform on [-6, 6], [-9, 9] and [-12, 12] (the
-// share of elements below the table's -4.75, which take the generic formula as well, is printed). Then the table
+// share of elements below the table's -4.75, which take the generic formula as well, is printed); GELU_N elements
+// (environment; default 16384, in L2: 4194304 times them out of cache). Then the table
 // form's largest error in ulps over every STRIDE-th float32 input (default 1: all 2^32, about 10 minutes) against
 // x erfc(-x / sqrt(2)) / 2 in long double, counted as test_activations.py counts GELU's (at max(|exact|, 2^-100)),
 // both over all inputs and over those the table computes (x >= -4.75), and whether every result is the same when
@@ -33,7 +34,7 @@ LOOP void gelu_generic(int64_t n, const float* x, float* y) {
 void gelu_table(int64_t n, const float* x, float* y) { gelu_forward_by_table(n, x, y, gelu_generic); }
 
 void timings() {
-  const int64_t n = 16384;  // 64 KiB in and out: in L2
+  const int64_t n = getenv("GELU_N") ? atoll(getenv("GELU_N")) : 16384;  // 64 KiB in and out: in L2
   std::vector<float> x(n), y(n);
   for (float spread : {1.0f, 2.0f, 3.0f, 5.0f, -6.0f, -9.0f, -12.0f}) {  // negative: uniform on [spread, -spread]
     std::mt19937 generator(1);
