@@ -3033,41 +3033,47 @@ def distributed_worker(kind, rank, world_size, port, seed, output, device_type="
                             world_size=world_size, timeout=timeout)
     try:
         if kind == "dtensor":
-            torch.save(dtensor_mismatches(rank, world_size, seed), output)
-            dist.barrier()  # no rank tears its group down while another still talks to it
-            return
-        result = {}
-        for flavour in ("torch", "ours"):
-            model = distributed_test_model(seed, device)
-            if flavour == "ours":
-                activations.swap_activations(model)
-            try:
-                if kind == "ddp":
-                    wrapped = torch.nn.parallel.DistributedDataParallel(
-                        model, device_ids=[rank] if device_type == "cuda" else None)
-                    inner = wrapped.module
-                else:
-                    from torch.distributed.fsdp import fully_shard
-
-                    for layer in model.modules():
-                        if isinstance(layer, torch.nn.Linear):
-                            fully_shard(layer)
-                    wrapped = inner = fully_shard(model)
-                losses = distributed_train(wrapped, rank, world_size, seed, device)
-            except Exception as error:
-                if kind == "ddp" or flavour == "ours":
-                    raise
-                result = {"unsupported": f"{type(error).__name__}: {error}"}
-                break
-            params = {}
-            for name, p in inner.named_parameters():
-                p = p.detach()
-                params[name] = (p.full_tensor() if hasattr(p, "full_tensor") else p).cpu().clone()
-            result[flavour] = {"params": params, "types": _activation_types(inner), "losses": losses}
+            result = dtensor_mismatches(rank, world_size, seed)
+        else:
+            result = distributed_training_result(kind, rank, world_size, seed, device, device_type)
         torch.save(result, output)
-        dist.barrier()
+        dist.barrier()  # no rank tears its group down while another still talks to it
     finally:
         dist.destroy_process_group()
+
+
+def distributed_training_result(kind, rank, world_size, seed, device, device_type):
+    """distributed_worker's training ("ddp" or "fsdp2"): torch's model, then ours; returns {flavour: {"params",
+    "types", "losses"}}, or {"unsupported": the error} where wrapping or training torch's own model fails under
+    FSDP2."""
+    result = {}
+    for flavour in ("torch", "ours"):
+        model = distributed_test_model(seed, device)
+        if flavour == "ours":
+            activations.swap_activations(model)
+        try:
+            if kind == "ddp":
+                wrapped = torch.nn.parallel.DistributedDataParallel(
+                    model, device_ids=[rank] if device_type == "cuda" else None)
+                inner = wrapped.module
+            else:
+                from torch.distributed.fsdp import fully_shard
+
+                for layer in model.modules():
+                    if isinstance(layer, torch.nn.Linear):
+                        fully_shard(layer)
+                wrapped = inner = fully_shard(model)
+            losses = distributed_train(wrapped, rank, world_size, seed, device)
+        except Exception as error:
+            if kind == "ddp" or flavour == "ours":
+                raise
+            return {"unsupported": f"{type(error).__name__}: {error}"}
+        params = {}
+        for name, p in inner.named_parameters():
+            p = p.detach()
+            params[name] = (p.full_tensor() if hasattr(p, "full_tensor") else p).cpu().clone()
+        result[flavour] = {"params": params, "types": _activation_types(inner), "losses": losses}
+    return result
 
 
 def dtensor_mismatches(rank, world_size, seed):
