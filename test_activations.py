@@ -2924,6 +2924,8 @@ def test_every_cpu_function_with_wide_vectors_clears_their_upper_halves():
 # attribute (ACTIVATIONS_CPU_LOOP_FOR) keeps g++ from inlining them into callers compiled for the baseline.
 ELEMENTWISE_CPU_LOOPS = ("cpu_loop_with", "cpu_forward_mask_loop", "cpu_mask_backward_loop", "cpu_mask_copy_loop",
                          "widen", "narrow", "stream_copy")
+# Where the loops take 512-bit vectors, the memory-bound ones keep 256 (memory_bound_loop in kernels/cpu_kernels.cpp).
+MEMORY_BOUND_CPU_LOOP = "cpu_loop_256"
 
 
 @needs_cpu_disassembly
@@ -2932,14 +2934,19 @@ def test_every_elementwise_cpu_loop_is_vectorized():
     depends on its version: g++ 13.3 left the 16-bit mask copy (the ReLU, ReLU6 and hardtanh backwards) scalar, a
     cmov an element, where g++ 12 had vectorized it (0.83-0.86x torch's float16 backward on the H200 host), and
     g++ 12 left its 64-bit instance scalar."""
-    loop_named = re.compile(r"^(?:void )?activations::\(anonymous namespace\)::(%s)[<(]"
-                            % "|".join(ELEMENTWISE_CPU_LOOPS))
+    wide_512 = "-DACTIVATIONS_CPU_AVX512" in activations.cpu_flags()
+    expected = set(ELEMENTWISE_CPU_LOOPS) | ({MEMORY_BOUND_CPU_LOOP} if wide_512 else set())
+    loop_named = re.compile(r"^(?:void )?activations::\(anonymous namespace\)::(%s)[<(]" % "|".join(expected))
     loops = {name: instructions for name, instructions in cpu_library_instructions().items()
              if loop_named.match(name)}
     found = {loop_named.match(name).group(1) for name in loops}
-    assert found == set(ELEMENTWISE_CPU_LOOPS), f"no instance of {set(ELEMENTWISE_CPU_LOOPS) - found} found"
+    assert found == expected, f"no instance of {expected - found} found"
     assert len(loops) > 150, f"only {len(loops)} loop instances: is it the whole build?"
     assert sorted(name for name, instructions in loops.items() if not uses_wide_vectors(instructions)) == []
+    # The piecewise-linear forwards and the backwards from the output, in float32 and float64, 256 bits wide.
+    memory_bound = [name for name in loops if loop_named.match(name).group(1) == MEMORY_BOUND_CPU_LOOP]
+    assert len(memory_bound) == (14 if wide_512 else 0), sorted(memory_bound)  # 7 functors, float32 and float64
+    assert sorted(name for name in memory_bound if any("%zmm" in line for line in loops[name])) == []
 
 
 # ---------------------------------------------------------------------------------------------------------------
