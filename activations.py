@@ -434,17 +434,30 @@ CXX_FLAGS = [
 LD_FLAGS = ["-fopenmp"]
 
 
-def _cpu_features():
-    """The processor's feature flags as Linux names them (/proc/cpuinfo), empty where that cannot be read: then
-    only what torch's CPU capability implies is used."""
+def _cpu_info(field):
+    """The first processor's `field` in /proc/cpuinfo (flags, vendor_id, cpu family), "" where it cannot be read."""
     try:
         with open("/proc/cpuinfo") as cpuinfo:
             for line in cpuinfo:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
+                name, _, value = line.partition(":")
+                if name.strip() == field:
+                    return value.strip()
     except OSError:
         pass
-    return set()
+    return ""
+
+
+def _cpu_features():
+    """The processor's feature flags as Linux names them, empty where they cannot be read: then only what torch's
+    CPU capability implies is used."""
+    return set(_cpu_info("flags").split())
+
+
+def _avx512_in_halves():
+    """Whether the processor is AMD's Zen 4 (family 25 with AVX-512), which runs each 512-bit instruction as two
+    256-bit halves: there the CPU loops that memory bounds take 256-bit vectors (memory_bound_loop in
+    kernels/cpu_kernels.cpp), which were faster on it, where Intel's AVX-512 processors ran them faster at 512."""
+    return _cpu_info("vendor_id") == "AuthenticAMD" and _cpu_info("cpu family") == "25"
 
 
 def cpu_flags():
@@ -468,6 +481,8 @@ def cpu_flags():
         flags.append("-mvzeroupper")
     if capability == "AVX512" and "avx512_bf16" in _cpu_features():
         flags.append("-DACTIVATIONS_CPU_AVX512_BF16")
+    if capability == "AVX512" and _avx512_in_halves():
+        flags.append("-DACTIVATIONS_CPU_AVX512_IN_HALVES")
     return flags
 
 

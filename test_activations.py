@@ -2683,17 +2683,34 @@ def test_cpu_instruction_set_flags_follow_torch(monkeypatch):
     keys = {}
     for capability in ("DEFAULT", "AVX2", "AVX512"):
         for features in (set(), {"avx512f", "avx512_bf16"}):
-            monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
-            monkeypatch.setattr(activations, "_cpu_features", lambda: features)
-            keys[capability, bool(features)] = activations.build_spec(plan, "ops")["name"]
-            flags = activations.cpu_flags()
-            assert ("-DACTIVATIONS_CPU_AVX2" in flags) == (capability != "DEFAULT")
-            assert ("-DACTIVATIONS_CPU_AVX512" in flags) == (capability == "AVX512")
-            assert ("-DACTIVATIONS_CPU_AVX512_BF16" in flags) == (capability == "AVX512" and bool(features))
-            assert ("-mvzeroupper" in flags) == (capability != "DEFAULT")  # see cpu_flags
-    assert len(set(keys.values())) == 4, keys
+            for halves in (False, True):
+                monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: capability)
+                monkeypatch.setattr(activations, "_cpu_features", lambda: features)
+                monkeypatch.setattr(activations, "_avx512_in_halves", lambda: halves)
+                keys[capability, bool(features), halves] = activations.build_spec(plan, "ops")["name"]
+                flags = activations.cpu_flags()
+                assert ("-DACTIVATIONS_CPU_AVX2" in flags) == (capability != "DEFAULT")
+                assert ("-DACTIVATIONS_CPU_AVX512" in flags) == (capability == "AVX512")
+                assert ("-DACTIVATIONS_CPU_AVX512_BF16" in flags) == (capability == "AVX512" and bool(features))
+                assert ("-DACTIVATIONS_CPU_AVX512_IN_HALVES" in flags) == (capability == "AVX512" and halves)
+                assert ("-mvzeroupper" in flags) == (capability != "DEFAULT")  # see cpu_flags
+    assert len(set(keys.values())) == 6, keys
     monkeypatch.setattr(activations.platform, "machine", lambda: "aarch64")
     assert activations.cpu_flags() == []
+
+
+def test_zen_4_is_told_from_proc_cpuinfo(monkeypatch):
+    """The 256-bit memory-bound loops are for AMD's family 25 (Zen 4, whose AVX-512 runs in 256-bit halves) only:
+    not Intel's family 6, nor AMD's family 26 (Zen 5), nor a machine whose /proc/cpuinfo cannot be read."""
+    for vendor, family, expected in (("AuthenticAMD", "25", True), ("AuthenticAMD", "26", False),
+                                     ("GenuineIntel", "6", False), ("GenuineIntel", "25", False), ("", "", False)):
+        fields = {"vendor_id": vendor, "cpu family": family}
+        monkeypatch.setattr(activations, "_cpu_info", lambda field: fields.get(field, ""))
+        assert activations._avx512_in_halves() == expected, (vendor, family)
+    monkeypatch.undo()
+    if os.path.exists("/proc/cpuinfo") and activations.platform.machine() == "x86_64":
+        assert activations._cpu_info("vendor_id") in ("AuthenticAMD", "GenuineIntel", "HygonGenuine")
+        assert activations._cpu_info("cpu family").isdigit()
 
 
 def float64_results(x, ops):
@@ -2924,7 +2941,8 @@ def test_every_cpu_function_with_wide_vectors_clears_their_upper_halves():
 # attribute (ACTIVATIONS_CPU_LOOP_FOR) keeps g++ from inlining them into callers compiled for the baseline.
 ELEMENTWISE_CPU_LOOPS = ("cpu_loop_with", "cpu_forward_mask_loop", "cpu_mask_backward_loop", "cpu_mask_copy_loop",
                          "widen", "narrow", "stream_copy")
-# Where the loops take 512-bit vectors, the memory-bound ones keep 256 (memory_bound_loop in kernels/cpu_kernels.cpp).
+# On Zen 4 the memory-bound loops take 256-bit vectors where the others take 512 (memory_bound_loop in
+# kernels/cpu_kernels.cpp).
 MEMORY_BOUND_CPU_LOOP = "cpu_loop_256"
 
 
@@ -2934,8 +2952,8 @@ def test_every_elementwise_cpu_loop_is_vectorized():
     depends on its version: g++ 13.3 left the 16-bit mask copy (the ReLU, ReLU6 and hardtanh backwards) scalar, a
     cmov an element, where g++ 12 had vectorized it (0.83-0.86x torch's float16 backward on the H200 host), and
     g++ 12 left its 64-bit instance scalar."""
-    wide_512 = "-DACTIVATIONS_CPU_AVX512" in activations.cpu_flags()
-    expected = set(ELEMENTWISE_CPU_LOOPS) | ({MEMORY_BOUND_CPU_LOOP} if wide_512 else set())
+    halves = "-DACTIVATIONS_CPU_AVX512_IN_HALVES" in activations.cpu_flags()
+    expected = set(ELEMENTWISE_CPU_LOOPS) | ({MEMORY_BOUND_CPU_LOOP} if halves else set())
     loop_named = re.compile(r"^(?:void )?activations::\(anonymous namespace\)::(%s)[<(]" % "|".join(expected))
     loops = {name: instructions for name, instructions in cpu_library_instructions().items()
              if loop_named.match(name)}
@@ -2943,9 +2961,9 @@ def test_every_elementwise_cpu_loop_is_vectorized():
     assert found == expected, f"no instance of {expected - found} found"
     assert len(loops) > 150, f"only {len(loops)} loop instances: is it the whole build?"
     assert sorted(name for name, instructions in loops.items() if not uses_wide_vectors(instructions)) == []
-    # The piecewise-linear forwards and the backwards from the output, in float32 and float64, 256 bits wide.
+    # On Zen 4 the piecewise-linear forwards and the backwards from the output, float32 and float64, 256 bits wide.
     memory_bound = [name for name in loops if loop_named.match(name).group(1) == MEMORY_BOUND_CPU_LOOP]
-    assert len(memory_bound) == (14 if wide_512 else 0), sorted(memory_bound)  # 7 functors, float32 and float64
+    assert len(memory_bound) == (14 if halves else 0), sorted(memory_bound)  # 7 functors, float32 and float64
     assert sorted(name for name in memory_bound if any("%zmm" in line for line in loops[name])) == []
 
 

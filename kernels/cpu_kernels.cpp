@@ -103,10 +103,12 @@ void with_scalar_type(DType dtype, Fn&& fn) {
 // threads, 2^22 elements, torch/ours: float32 SiLU 0.47x -> 0.93x, sigmoid 0.49x -> 0.95x, GELU 0.55x -> 1.11x,
 // bfloat16 SiLU 0.46x -> 1.01x, softplus 0.66x -> 1.24x), where 256-bit loops raced torch's 512-bit kernels. The
 // mask backward loops stay at 256 bits: 512-bit vectors made the float16 LeakyReLU and hardsigmoid backwards 3.4x
-// slower (0.29 -> 1.0 ms); so do the memory-bound elementwise loops (memory_bound_loop, below). The forward with a mask (cpu_forward_mask_loop) takes 512 bits, its float16 16 elements a
-// step (load_halves): forward with a mask, 2 threads, torch's forward/ours, bfloat16 LeakyReLU 0.98x -> 1.57x,
-// hardsigmoid 0.85x -> 1.22x; float16 LeakyReLU 1.04x -> 1.18x (with load8's 8 elements a step in 512-bit loops:
-// 0.26x).
+// slower (0.29 -> 1.0 ms); on Zen 4 so do the memory-bound elementwise loops (memory_bound_loop, below). The forward
+// with a mask (cpu_forward_mask_loop) takes 512 bits, its float16 16 elements a step (load_halves): forward with a
+// mask, 2 threads, torch's forward/ours, bfloat16 LeakyReLU 0.98x -> 1.57x, hardsigmoid 0.85x -> 1.22x; float16
+// LeakyReLU 1.04x -> 1.18x (with load8's 8 elements a step in 512-bit loops: 0.26x); at 256 bits its float32 and
+// float64 steps read the same on Zen 4, within the rounds' spread
+// (results/cpu-epyc-2026-12-07/mask_forward_width_ab.log).
 #ifdef ACTIVATIONS_CPU_AVX512
 #define ACTIVATIONS_CPU_WIDE_LOOP \
   ACTIVATIONS_CPU_LOOP_FOR("avx512f,avx512bw,avx512vl,avx512dq,avx2,fma,f16c,prefer-vector-width=512")
@@ -318,15 +320,20 @@ void gelu_forward_generic(int64_t n, const float* x, float* y) {
 #endif
 
 // The loops of a few instructions an element over float32 and float64 (the piecewise-linear forwards and the
-// backwards from the output), which memory bounds, take 256-bit vectors where the others take 512 (see
-// ACTIVATIONS_CPU_WIDE_LOOP). On the 2-core AMD EPYC of Zen 4, torch/ours with 512-bit vectors -> with 256, the
-// trees in turn (results/cpu-epyc-2026-12-07/loop_width_ab.log): one thread, the float32 ReLU forward at 6-12 MiB
+// backwards from the output), which memory bounds, take 256-bit vectors on AMD's Zen 4, which runs each 512-bit
+// instruction as two 256-bit halves (activations.py defines ACTIVATIONS_CPU_AVX512_IN_HALVES there), and 512 like the
+// other loops on Intel's AVX-512 processors. torch/ours with 512-bit vectors -> with 256, the trees in turn: on the
+// 2-core AMD EPYC (results/cpu-epyc-2026-12-07/loop_width_ab.log), one thread, the float32 ReLU forward at 6-12 MiB
 // 0.88-0.97x -> 0.93-1.02x (three rounds); 2 threads at 2^22 elements (bench.py, two rounds) the piecewise-linear
 // forwards 0.73-1.19x -> 0.98-1.17x, the float32 tanh and sigmoid backwards 0.95-1.04x -> 1.09-1.26x, float64
-// 0.94-1.06x -> 1.00-1.15x. torch's own ReLU runs its AVX2 loop there. An element's result is the same either way.
+// 0.94-1.06x -> 1.00-1.15x (torch's own ReLU runs its AVX2 loop there). On the H100 host's Xeon (Emerald Rapids),
+// 2 threads (results/h100-2026-12-07/loop_width_ab_xeon.log): float32 the same within the rounds' spread; float64,
+// whose 32 MiB outputs stream there, as noisy as the loops it leaves alone (LeakyReLU's mask backward moved from
+// 2.11-2.25x to 1.55-1.76x), but the hardsigmoid forward lost in both rounds, 1.53-1.74x -> 1.20-1.34x. An
+// element's result is the same either way.
 template <class Op, class Out>
 constexpr bool memory_bound_loop() {
-#ifdef ACTIVATIONS_CPU_AVX512
+#ifdef ACTIVATIONS_CPU_AVX512_IN_HALVES
   using F = decltype(Op::f);
   if constexpr (!std::is_same_v<Out, compute_t<Out>>) {
     return false;  // 16-bit storage: its conversions are arithmetic that 512-bit vectors halve
@@ -336,7 +343,7 @@ constexpr bool memory_bound_loop() {
     return std::is_same_v<Op, Backward<F, true>>;
   }
 #else
-  return false;  // the elementwise loop is 256 bits wide already, or not x86
+  return false;  // the elementwise loop's width: 512 bits (Intel's AVX-512), 256 (AVX2), or not x86
 #endif
 }
 
