@@ -363,7 +363,7 @@ void cpu_loop(int64_t n, Op op, Out* out, const In*... in) {
     }
 #endif
     return cpu_loop_with<0>(n, op, out, in...);
-  } else if constexpr (memory_bound_loop<Op, Out>()) {
+  } else if constexpr (memory_bound_loop<Op, Out>() && (std::is_same_v<In, Out> && ...)) {
     cpu_loop_256(n, op, out, in...);
   } else {
     cpu_loop_with<-1>(n, op, out, in...);
