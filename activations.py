@@ -434,17 +434,25 @@ CXX_FLAGS = [
 LD_FLAGS = ["-fopenmp"]
 
 
-def _cpu_info(field):
-    """The first processor's `field` in /proc/cpuinfo (flags, vendor_id, cpu family), "" where it cannot be read."""
+@functools.cache
+def _first_processor_info():
+    """{field: value} of the first processor in /proc/cpuinfo (read once), empty where it cannot be read."""
+    fields = {}
     try:
         with open("/proc/cpuinfo") as cpuinfo:
             for line in cpuinfo:
+                if not line.strip():
+                    break  # the first processor's block ends here
                 name, _, value = line.partition(":")
-                if name.strip() == field:
-                    return value.strip()
+                fields[name.strip()] = value.strip()
     except OSError:
         pass
-    return ""
+    return fields
+
+
+def _cpu_info(field):
+    """The first processor's `field` in /proc/cpuinfo (flags, vendor_id, cpu family), "" where it cannot be read."""
+    return _first_processor_info().get(field, "")
 
 
 def _cpu_features():
