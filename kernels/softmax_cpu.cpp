@@ -229,9 +229,17 @@ ACTIVATIONS_CPU_WIDE_LOOP void log_softmax_output(int64_t n, const T* x, C max, 
 
 // sum(g y) (softmax) or sum(g) (log_softmax). float16 goes kHalfStep elements a step through F16C (see load8),
 // the terms into kHalfStep partial sums; what remains, and the other types, one loop.
+// Partial sums in float for float32 too (double for float64), where the forwards keep double (partial_sum_t). On
+// the AMD EPYC of Zen 4, torch/ours with double partial sums -> with float, the trees in turn, two rounds
+// (results/cpu-epyc-2026-12-07/softmax_backward_float_sums_ab.log): the float32 softmax backward over 4096 x 1024
+// 0.93-0.96x -> 1.11x on one thread, 0.81-0.91x -> 0.91-1.01x on two; over 64 x 50257 0.96-0.98x -> 1.01-1.04x;
+// in cache (64 x 1024) 0.98-1.01x -> 1.05-1.12x. Its error grew by at most 1.6x, to 13 % of the bound the tests hold
+// it to ((8 + sqrt(n)) eps of the terms' size; rows of 1024-393216, inputs randn and randn x 8:
+// softmax_backward_float_sums_error.log); torch sums these in float too.
 template <bool kLog, class T>
 ACTIVATIONS_CPU_WIDE_LOOP double backward_sum(int64_t n, const T* g, const T* y) {
-  partial_sum_t<T> sum = 0;
+  using Partial = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  Partial sum = 0;
   int64_t done = 0;
   if constexpr (kF16c && std::is_same_v<T, c10::Half>) {
     float partial[kHalfStep] = {};
@@ -246,7 +254,7 @@ ACTIVATIONS_CPU_WIDE_LOOP double backward_sum(int64_t n, const T* g, const T* y)
     sum = fold_vector<float>(lanes, kAdd);
   }
   if constexpr (kInLanes<T>) {
-    return reduce_in_lanes<T, true>(n, partial_sum_t<T>(0), kAdd, [g, y](int64_t i, bool) {
+    return reduce_in_lanes<T, true>(n, Partial(0), kAdd, [g, y](int64_t i, bool) {
       return kLog ? g[i] : g[i] * y[i];
     });
   }
