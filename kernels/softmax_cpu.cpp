@@ -40,7 +40,8 @@ using Sum = std::conditional_t<std::is_same_v<C, double>, long double, double>;
 inline double log_of_sum(long double sum) { return std::log(static_cast<double>(sum)); }
 
 // The type of the partial sums of a run of terms: double, or float where the operands are float16 or bfloat16
-// (T itself, or float16 widened into float: the forward's row), whose results are rounded to 16 bits. A float
+// (T itself, or float16 widened into float: the forward's row), whose results are rounded to 16 bits. (The
+// backward along a row sums float32 in float too: backward_sum.) A float
 // sum of a run of kSoftmaxBlock terms errs by at most 2^-14 of the sum of their magnitudes (an eighth of a float16
 // ulp, a sixty-fourth of a bfloat16 one; far less in practice, each lane adding 64 of them). Float partial sums
 // take 16 lanes a vector where double takes 8. Over 256 x 1024 in
