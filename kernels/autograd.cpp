@@ -321,14 +321,15 @@ Activation called_activation(const c10::OperatorHandle& op, const std::vector<c1
 // called below its autograd layer).
 void forward_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet keys, Stack* stack) {
   const size_t num_arguments = op.schema().arguments().size();
-  const std::vector<c10::IValue> arguments(torch::jit::last(*stack, num_arguments).begin(),
-                                           torch::jit::last(*stack, num_arguments).end());
-  const Tensor x = arguments[0].toTensor();
+  const Tensor x = torch::jit::peek(*stack, 0, num_arguments).toTensor();
   const bool with_grad = needs_grad(x);
   const bool with_tangent = has_tangent(x);
   if (!with_grad && !with_tangent) {  // the inference path: no mask, nothing saved
     return below_autograd(keys, [&](auto below) { op.redispatchBoxed(below, stack); });
   }
+  // A copy of the arguments: the call below takes them off the stack.
+  const std::vector<c10::IValue> arguments(torch::jit::last(*stack, num_arguments).begin(),
+                                           torch::jit::last(*stack, num_arguments).end());
   const Activation activation = called_activation(op, arguments);
   Tensor y, mask;
   if (activation.saves == Saves::Mask) {
@@ -377,9 +378,7 @@ void forward_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet keys, S
 // of the input made before it is overwritten (as torch does for silu_ and mish_).
 void forward_inplace_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet keys, Stack* stack) {
   const size_t num_arguments = op.schema().arguments().size();
-  const std::vector<c10::IValue> arguments(torch::jit::last(*stack, num_arguments).begin(),
-                                           torch::jit::last(*stack, num_arguments).end());
-  Tensor x = arguments[0].toTensor();
+  Tensor x = torch::jit::peek(*stack, 0, num_arguments).toTensor();
   const bool with_grad = needs_grad(x);
   const bool with_tangent = has_tangent(x);
   autograd::check_inplace(x, with_grad);
@@ -388,6 +387,8 @@ void forward_inplace_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet
     autograd::increment_version(x);
     return;
   }
+  const std::vector<c10::IValue> arguments(torch::jit::last(*stack, num_arguments).begin(),
+                                           torch::jit::last(*stack, num_arguments).end());
   Activation activation = called_activation(op, arguments);
   const OpRow& row = *activation.row;
   if (activation.saves == Saves::Input) {

@@ -52,7 +52,7 @@ Tensor forward_kernel(const Tensor& input, int64_t dim, std::optional<at::Scalar
   check_input(converted, op, "input", " (or pass dtype= to convert the input)");
   const int64_t d = c10::maybe_wrap_dim(dim, converted.dim());
   const Tensor x = converted.contiguous();
-  Tensor y = at::empty_like(x, at::MemoryFormat::Contiguous);
+  Tensor y = new_output(x, /*contiguous=*/true);
   if constexpr (kCompute) {
     if (x.numel() == 0) return y;
     const SoftmaxShape shape = shape_of(x, d);
@@ -79,7 +79,7 @@ Tensor backward_kernel(const Tensor& grad_output, const Tensor& output, int64_t 
   check_same(grad_output, output, op, "grad_output", "output");
   const int64_t d = c10::maybe_wrap_dim(dim, output.dim());
   const Tensor g = grad_output.contiguous(), y = output.contiguous();
-  Tensor gi = at::empty_like(y, at::MemoryFormat::Contiguous);
+  Tensor gi = new_output(y, /*contiguous=*/true);
   if constexpr (kCompute) {
     if (y.numel() == 0) return gi;
     const SoftmaxShape shape = shape_of(y, d);
