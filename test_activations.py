@@ -2077,6 +2077,30 @@ def test_torch_compile_fullgraph_matches_eager(fuse_under_compile, device):
 
 
 @pytest.mark.parametrize("device", DEVICES)
+def test_torch_compile_dynamic_shapes_matches_eager_in_one_graph(fuse_under_compile, device):
+    """Under torch.compile(dynamic=True) sizes are symbolic: with our operators kept, their Meta kernels size the
+    outputs and the 1-bit masks ((numel + 7) / 8 bytes) from symbols. Batches of several sizes, element counts that
+    are not multiples of 8 among them, give eager's values and gradients from one graph."""
+    torch.manual_seed(fresh_seed())
+    model = every_op_model(device)
+
+    def step(x, v):
+        return model(x).square().sum() + (activations.relu(v) * activations.gelu(v) + activations.hardtanh(v)).sum()
+
+    compiled = torch.compile(step, fullgraph=True, dynamic=True)
+    torch._dynamo.utils.counters.clear()
+    for batch in (3, 5, 12):
+        x = torch.randn(batch, 16, device=device)
+        v = torch.randn(batch, 5, device=device, requires_grad=True)
+        inputs = list(model.parameters()) + [v]
+        expected = torch.autograd.grad(step(x, v), inputs)
+        got = torch.autograd.grad(compiled(x, v), inputs)
+        for a, b in zip(got, expected):
+            torch.testing.assert_close(a, b)
+    assert torch._dynamo.utils.counters["stats"]["unique_graphs"] == 1
+
+
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
 def test_torch_export_holds_torch_functions_or_ours(strict, fuse_under_compile, device):
     """torch.export traces the functions with dynamo (strict) or runs them itself (non-strict): either way the
