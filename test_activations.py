@@ -2104,11 +2104,13 @@ def test_torch_compile_dynamic_shapes_matches_eager_in_one_graph(fuse_under_comp
 @pytest.mark.parametrize("strict", [False, True], ids=["non-strict", "strict"])
 def test_torch_export_holds_torch_functions_or_ours(strict, fuse_under_compile, device):
     """torch.export traces the functions with dynamo (strict) or runs them itself (non-strict): either way the
-    graph holds torch's operators (FUSE_UNDER_COMPILE), or ours when the flag is off, and runs like eager."""
+    graph holds torch's operators (FUSE_UNDER_COMPILE), or ours when the flag is off, and runs like eager, here with
+    a symbolic batch size (our Meta kernels size the outputs from it)."""
     torch.manual_seed(fresh_seed())
     model = every_op_model(device)
     x = torch.randn(3, 16, device=device)
-    exported = torch.export.export(model, (x,), strict=strict)
+    batch = torch.export.Dim("batch", min=2, max=1024)
+    exported = torch.export.export(model, (x,), dynamic_shapes=({0: batch},), strict=strict)
     targets = {str(node.target) for node in exported.graph.nodes if node.op == "call_function"}
     ours = {t for t in targets if t.startswith("activations.")}
     if fuse_under_compile:
@@ -2117,7 +2119,9 @@ def test_torch_export_holds_torch_functions_or_ours(strict, fuse_under_compile, 
     else:
         assert ours == {f"activations.{name}.default" for name in [*activations.OPS, "relu_", "hardtanh_",
                                                                    "log_softmax"]}, targets
-    torch.testing.assert_close(exported.module()(x), model(x))
+    for rows in (3, 7):
+        x = torch.randn(rows, 16, device=device)
+        torch.testing.assert_close(exported.module()(x), model(x))
 
 
 @contextlib.contextmanager
