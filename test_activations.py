@@ -17,6 +17,7 @@ import io
 import json
 import math
 import os
+import pickle
 import random
 import re
 import shutil
@@ -2455,6 +2456,26 @@ def test_swap_activations_keeps_outputs_and_gradients(device):
         for a, b in zip(g_after, g_before):
             torch.testing.assert_close(a, b)
         assert activations.swap_activations(model) == []  # ours are not swapped again
+
+
+def test_whole_model_saved_with_torch_save_loads_with_our_modules(tmp_path):
+    """torch.save of a whole model (not its state dict) pickles our modules by reference to this module: torch.load
+    (weights_only=False) gives the same classes and parameters, and the same outputs. Our functions pickle by
+    reference too (as DataLoader workers and multiprocessing need)."""
+    torch.manual_seed(fresh_seed())
+    _, ours = torch_model_and_ours("cpu")
+    torch.save(ours, tmp_path / "model.pt")
+    loaded = torch.load(tmp_path / "model.pt", weights_only=False)
+    for saved, restored in zip(ours, loaded):
+        assert type(restored) is type(saved)
+        assert vars(restored).keys() == vars(saved).keys()
+        for attribute in ("alpha", "negative_slope", "approximate", "beta", "threshold", "min_val", "max_val",
+                          "inplace", "dim"):
+            assert getattr(restored, attribute, None) == getattr(saved, attribute, None)
+    x = torch.randn(5, 16)
+    assert torch.equal(loaded(x), ours(x))
+    assert all(pickle.loads(pickle.dumps(getattr(activations, name))) is getattr(activations, name)
+               for name in [*activations.OPS, "softmax", "log_softmax", "relu_"])
 
 
 # ---------------------------------------------------------------------------------------------------------------
