@@ -2288,6 +2288,10 @@ def test_torchscript_refuses_what_the_operators_lack():
         scripted(activations.ELU(alpha=1))
 
 
+# The attributes in which torch's activation modules keep their arguments.
+MODULE_ARGUMENTS = ("alpha", "negative_slope", "approximate", "beta", "threshold", "min_val", "max_val")
+
+
 def torch_model_and_ours(device):
     """torch's module of every row between Linear layers, with parameters other than the defaults where it has any,
     in place too, softmax and log_softmax; and a copy with ours swapped in."""
@@ -2448,7 +2452,7 @@ def test_swap_activations_keeps_outputs_and_gradients(device):
             new = model.get_submodule(name)
             assert type(new).__name__ == type(old).__name__ and type(new).__module__ != "torch.nn.modules.activation"
             assert getattr(new, "inplace", None) == getattr(old, "inplace", None)
-            for attribute in ("alpha", "negative_slope", "approximate", "beta", "threshold", "min_val", "max_val"):
+            for attribute in MODULE_ARGUMENTS:
                 assert getattr(new, attribute, None) == getattr(old, attribute, None)
         y_after = model(x)
         g_after = torch.autograd.grad(y_after.square().sum(), list(model.parameters()))
@@ -2469,8 +2473,7 @@ def test_whole_model_saved_with_torch_save_loads_with_our_modules(tmp_path):
     for saved, restored in zip(ours, loaded):
         assert type(restored) is type(saved)
         assert vars(restored).keys() == vars(saved).keys()
-        for attribute in ("alpha", "negative_slope", "approximate", "beta", "threshold", "min_val", "max_val",
-                          "inplace", "dim"):
+        for attribute in (*MODULE_ARGUMENTS, "inplace", "dim"):
             assert getattr(restored, attribute, None) == getattr(saved, attribute, None)
     x = torch.randn(5, 16)
     assert torch.equal(loaded(x), ours(x))
