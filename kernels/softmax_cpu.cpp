@@ -239,7 +239,7 @@ ACTIVATIONS_CPU_WIDE_LOOP void log_softmax_output(int64_t n, const T* x, C max, 
 // softmax_backward_float_sums_error.log); torch sums these in float too.
 template <bool kLog, class T>
 ACTIVATIONS_CPU_WIDE_LOOP double backward_sum(int64_t n, const T* g, const T* y) {
-  using Partial = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  using Partial = compute_t<T>;  // float, or double for float64
   Partial sum = 0;
   int64_t done = 0;
   if constexpr (kF16c && std::is_same_v<T, c10::Half>) {
