@@ -34,6 +34,7 @@ import glob
 import hashlib
 import json
 import linecache
+import numbers
 import os
 import platform
 import re
@@ -844,16 +845,24 @@ FUSE_UNDER_COMPILE = True
 
 _compiler = torch.compiler
 
-# A dtype the kernels lack (integers, bool, complex; the operators refuse them with a TypeError) goes to torch's
-# function, which gives torch's result or raises torch's error: torch.relu, relu6 and hardtanh keep integers,
-# sigmoid, tanh and softsign make floats of them, sigmoid and tanh take complex numbers, the others (and softmax
-# without a floating-point dtype=) refuse all of these. The try costs nothing until the operator raises (from
-# Python 3.11 on; a few ns before).
+# A call our operator refuses for its arguments' types goes to torch's function, which gives torch's result or raises
+# torch's error: a dtype the kernels lack (integers, bool, complex; the operators refuse them with a TypeError):
+# torch.relu, relu6 and hardtanh keep integers, sigmoid, tanh and softsign make floats of them, sigmoid and tanh take
+# complex numbers, the others (and softmax without a floating-point dtype=) refuse all of these; and an input that
+# is not a tensor, or a parameter of another type than the schema's (a list for a number, None for a string), where
+# the operator's schema raises a RuntimeError and torch's function the TypeError that code written for torch
+# catches. The try costs nothing until the operator raises (from Python 3.11 on; a few ns before).
 _KERNEL_DTYPES = frozenset((torch.float32, torch.float64, torch.float16, torch.bfloat16))
+_REFUSALS = (TypeError, RuntimeError, NotImplementedError)  # what the operators raise for arguments of other types
 
 
-def _kernels_lack_dtype_of(x):
-    return isinstance(x, torch.Tensor) and x.dtype not in _KERNEL_DTYPES
+def _operator_takes(name, input, *params):
+    """Whether our operator `name` takes these arguments by their types: a tensor of a dtype the kernels have, a
+    number for each numeric parameter and a string for each choice (gelu's approximate)."""
+    row = OPS[name]
+    return (isinstance(input, torch.Tensor) and input.dtype in _KERNEL_DTYPES
+            and all(isinstance(value, str if param.name in row.choices else numbers.Number)
+                    for param, value in zip(row.params, params)))
 
 
 _FUNCTION = """
@@ -865,8 +874,8 @@ def {name}(input{signature}{inplace_parameter}):
         return _torch_functions[{name!r}](input{call}) if FUSE_UNDER_COMPILE else _ops.{name}.default(input{call})
     try:
         return _ops_raw[{name!r}](input{call})
-    except TypeError:
-        if not _kernels_lack_dtype_of(input):
+    except _REFUSALS:
+        if _operator_takes({name!r}, input{values}):
             raise
     return _torch_functions[{name!r}](input{call})  # outside the except: torch's error is not chained to ours
 """
@@ -882,8 +891,8 @@ def {name}_(input{signature}):
     try:
         _ops_raw[{name!r} + "_"](input{call})
         return input
-    except TypeError:
-        if not _kernels_lack_dtype_of(input):
+    except _REFUSALS:
+        if _operator_takes({name!r}, input{values}):
             raise
     _torch_functions[{name!r} + "_"](input{call})
     return input
@@ -899,8 +908,9 @@ class {cls}(torch.nn.{cls}):
 
 def _python_sources(row):
     """The source of a row's function, in-place function and module."""
-    signature, call, attributes = "", "", ""
+    signature, call, values, attributes = "", "", "", ""
     for param in row.params:
+        values += f", {param.name}"
         if param.keyword_only and "*" not in signature:
             signature += ", *"
         signature += f", {param.name}={param.default!r}"
@@ -910,12 +920,12 @@ def _python_sources(row):
     what = {"mask": "a 1-bit mask per element", "input": "its input", "output": "its output"}[row.saves]
     doc = f"{row.name} elementwise, as torch's {row.torch_function.__name__.lstrip('_')}; the backward keeps {what}."
     sources = _FUNCTION.format(
-        name=row.name, signature=signature, doc=doc, call=call,
+        name=row.name, signature=signature, doc=doc, call=call, values=values,
         inplace_parameter=", inplace=False" if flag else "",
         inplace_branch=f"    if inplace:\n        return {row.name}_(input{call})\n" if flag else "",
     )
     if row.inplace:
-        sources += _INPLACE_FUNCTION.format(name=row.name, signature=signature, call=call)
+        sources += _INPLACE_FUNCTION.format(name=row.name, signature=signature, call=call, values=values)
     # The module calls the in-place function as a statement and returns its input, which TorchScript can compile too:
     # there the functions are the operators (see TorchScript below), and an in-place operator returns nothing.
     forward = f"        return {row.name}(input{attributes})\n"
@@ -1025,8 +1035,10 @@ def _reduction(name, input, dim, dtype):
         return REDUCTIONS[name].torch_function(input, dim, dtype=dtype)
     try:
         return _ops_raw[name](input, dim, dtype)
-    except TypeError:
-        if not (_kernels_lack_dtype_of(input) if dtype is None else dtype not in _KERNEL_DTYPES):
+    except _REFUSALS:
+        # With a floating-point dtype= the kernels take any input dtype, converted first.
+        takes_input = isinstance(input, torch.Tensor) and (dtype is not None or input.dtype in _KERNEL_DTYPES)
+        if takes_input and isinstance(dim, numbers.Integral) and (dtype is None or dtype in _KERNEL_DTYPES):
             raise
     return REDUCTIONS[name].torch_function(input, dim, dtype=dtype)
 

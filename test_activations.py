@@ -1153,14 +1153,54 @@ def test_bad_inputs_give_clear_errors(name):
         x = torch.zeros(3, dtype=dtype)
         with pytest.raises(TypeError, match=rf"activations\.{name}: unsupported dtype torch\.{str(dtype)[6:]}"):
             getattr(torch.ops.activations, name)(x)
-    with pytest.raises(RuntimeError, match="Tensor"):
-        getattr(activations, name)([1.0, -1.0])
+
+
+def error_type(call):
+    """The type of the exception call() raises, or None."""
+    try:
+        call()
+    except Exception as error:
+        return type(error)
+    return None
+
+
+def test_arguments_of_other_types_raise_torchs_exception():
+    """An input that is not a tensor, or a parameter of another type than torch's function takes, raises the
+    exception torch's function raises (a TypeError, which code written for torch catches, or F.softsign's
+    AttributeError; our operators' schemas raise a RuntimeError), from every function, in-place function and
+    module, and from softmax and log_softmax."""
+    x = torch.randn(4)
+    for row in activations.OPS.values():
+        module, torch_module = getattr(activations, row.torch_module.__name__), row.torch_module
+        pairs = [(row.function, row.torch_function)]
+        if row.inplace == "flag":
+            pairs.append((getattr(activations, row.name + "_"), functools.partial(getattr(F, row.name), inplace=True)))
+        elif row.inplace == "function":
+            pairs.append((getattr(activations, row.name + "_"), getattr(torch, row.name + "_")))
+        for bad_input in ([1.0, -1.0], None, 1.5, "x"):
+            for ours, torchs in pairs + [(module(), torch_module())]:
+                expected = error_type(lambda: torchs(bad_input))
+                assert expected in (TypeError, AttributeError), (row.name, bad_input, expected)
+                assert error_type(lambda: ours(bad_input)) is expected, (row.name, bad_input)
+        for i, param in enumerate(row.params):
+            for bad_value in ((None, 1) if param.name in row.choices else ([0.5], None, "one")):
+                kwargs = {p.name: (bad_value if j == i else p.default) for j, p in enumerate(row.params)}
+                for ours, torchs in pairs:
+                    expected = error_type(lambda: torchs(x.clone(), **kwargs))
+                    assert expected is TypeError, (row.name, param.name, bad_value, expected)
+                    assert error_type(lambda: ours(x.clone(), **kwargs)) is expected, (row.name, param.name, bad_value)
+    for name in activations.REDUCTIONS:
+        ours, torchs = getattr(activations, name), getattr(torch, name)
+        for args in (([1.0], 0), (None, 0), (x, "0"), (x, 0.0), (x, 0, "float32")):
+            expected = error_type(lambda: torchs(*args))
+            assert expected is TypeError, (name, args, expected)
+            assert error_type(lambda: ours(*args)) is expected, (name, args)
 
 
 def test_bad_parameters_give_clear_errors():
     with pytest.raises(RuntimeError, match="alpha must be a finite number"):
         activations.elu(torch.randn(3), float("nan"))
-    with pytest.raises(RuntimeError, match="float"):
+    with pytest.raises(TypeError, match="must be Number, not str"):  # torch's error
         activations.elu(torch.randn(3), "one")
     with pytest.raises(RuntimeError, match="approximate must be one of 'none|tanh'"):
         activations.gelu(torch.randn(3), approximate="exact")
@@ -1169,7 +1209,7 @@ def test_bad_parameters_give_clear_errors():
     x = torch.randn(3)
     for call in (lambda: activations.hardtanh(x, 1.0, -1.0), lambda: activations.hardtanh_(x, 1.0, -1.0),
                  lambda: activations.hardtanh(x.requires_grad_(), 0.5, 0.25)):
-        with pytest.raises(RuntimeError, match="min_val cannot be greater than max_val"):  # as torch's
+        with pytest.raises(ValueError, match="min_val cannot be greater than max_val"):  # as F.hardtanh's
             call()
     assert torch.equal(activations.hardtanh(x.detach(), 0.5, 0.5), torch.full_like(x, 0.5))  # equal bounds pass
 

@@ -77,9 +77,10 @@ inline FunctorArgs functor_args(const OpRow& row, const c10::IValue* params) {
       args.push(value);
     }
   }
-  TORCH_CHECK(!row.bounds || args.values[0] <= args.values[1], "activations.", row.name, ": ", parameter_name(row, 0),
-              " cannot be greater than ", parameter_name(row, 1), ", got ", std::to_string(args.values[0]), " and ",
-              std::to_string(args.values[1]));
+  // A ValueError in Python, as torch.nn.functional.hardtanh raises.
+  TORCH_CHECK_VALUE(!row.bounds || args.values[0] <= args.values[1], "activations.", row.name, ": ",
+                    parameter_name(row, 0), " cannot be greater than ", parameter_name(row, 1), ", got ",
+                    std::to_string(args.values[0]), " and ", std::to_string(args.values[1]));
   for (int i = 0; i < row.num_constants; ++i) args.push(row.constants[i]);
   return args;
 }
