@@ -846,21 +846,32 @@ FUSE_UNDER_COMPILE = True
 _compiler = torch.compiler
 
 # A call our operator refuses for its arguments' types goes to torch's function, which gives torch's result or raises
-# torch's error: a dtype the kernels lack (integers, bool, complex; the operators refuse them with a TypeError):
-# torch.relu, relu6 and hardtanh keep integers, sigmoid, tanh and softsign make floats of them, sigmoid and tanh take
-# complex numbers, the others (and softmax without a floating-point dtype=) refuse all of these; and an input that
-# is not a tensor, or a parameter of another type than the schema's (a list for a number, None for a string), where
-# the operator's schema raises a RuntimeError and torch's function the TypeError that code written for torch
-# catches. The try costs nothing until the operator raises (from Python 3.11 on; a few ns before).
+# torch's error:
+# - a dtype the kernels lack (integers, bool, complex, quantized; the operators refuse them with a TypeError):
+#   torch.relu, relu6 and hardtanh keep integers, sigmoid, tanh and softsign make floats of them, sigmoid and tanh
+#   take complex numbers, the others (and softmax without a floating-point dtype=) refuse all of these;
+# - a layout the kernels lack (sparse, nested in either layout, mkldnn; the operators have no kernel for them and
+#   raise NotImplementedError): torch's function runs where torch has a kernel for it (relu and tanh on sparse
+#   tensors, every one on nested tensors of the jagged layout, as torch's nn.MultiheadAttention and variable-length
+#   transformers hand them), else raises torch's error;
+# - an input that is not a tensor, or a parameter of another type than the schema's (a list for a number, None for
+#   a string), where the operator's schema raises a RuntimeError and torch's function the TypeError that code
+#   written for torch catches.
+# The try costs nothing until the operator raises (from Python 3.11 on; a few ns before).
 _KERNEL_DTYPES = frozenset((torch.float32, torch.float64, torch.float16, torch.bfloat16))
-_REFUSALS = (TypeError, RuntimeError, NotImplementedError)  # what the operators raise for arguments of other types
+_REFUSALS = (TypeError, RuntimeError, NotImplementedError)  # what the operators raise for what they lack
+
+
+def _kernels_take(input):
+    """Whether the kernels take input: a dense strided tensor (not sparse, nested or mkldnn)."""
+    return isinstance(input, torch.Tensor) and input.layout == torch.strided and not input.is_nested
 
 
 def _operator_takes(name, input, *params):
-    """Whether our operator `name` takes these arguments by their types: a tensor of a dtype the kernels have, a
-    number for each numeric parameter and a string for each choice (gelu's approximate)."""
+    """Whether our operator `name` takes these arguments by their types: a dense tensor of a dtype the kernels have,
+    a number for each numeric parameter and a string for each choice (gelu's approximate)."""
     row = OPS[name]
-    return (isinstance(input, torch.Tensor) and input.dtype in _KERNEL_DTYPES
+    return (_kernels_take(input) and input.dtype in _KERNEL_DTYPES
             and all(isinstance(value, str if param.name in row.choices else numbers.Number)
                     for param, value in zip(row.params, params)))
 
@@ -1037,7 +1048,7 @@ def _reduction(name, input, dim, dtype):
         return _ops_raw[name](input, dim, dtype)
     except _REFUSALS:
         # With a floating-point dtype= the kernels take any input dtype, converted first.
-        takes_input = isinstance(input, torch.Tensor) and (dtype is not None or input.dtype in _KERNEL_DTYPES)
+        takes_input = _kernels_take(input) and (dtype is not None or input.dtype in _KERNEL_DTYPES)
         if takes_input and isinstance(dim, numbers.Integral) and (dtype is None or dtype in _KERNEL_DTYPES):
             raise
     return REDUCTIONS[name].torch_function(input, dim, dtype=dtype)

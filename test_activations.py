@@ -2301,14 +2301,67 @@ def test_dtypes_the_kernels_lack_get_torchs_result_or_error(device):
     assert results["result"] >= 30 and results["error"] >= 30, results  # both kinds are checked
 
 
-def test_sparse_and_nested_tensors_are_refused():
-    """Sparse and nested tensors (both layouts) raise NotImplementedError, as the README says."""
-    values = [torch.randn(3, 4), torch.randn(5, 4)]
-    for x in (torch.randn(4, 4).to_sparse(), torch.nested.nested_tensor(values),
-              torch.nested.nested_tensor(values, layout=torch.jagged)):
-        for f in (activations.relu, activations.gelu, functools.partial(activations.softmax, dim=-1)):
-            with pytest.raises(NotImplementedError):
-                f(x)
+def tensors_of_layouts_the_kernels_lack(device):
+    """{name: a float32 tensor} of every layout our kernels lack: sparse (COO, CSR), nested (strided and jagged
+    layouts), mkldnn on the CPU where torch has it."""
+    dense = torch.randn(4, 4, device=device)
+    values = [torch.randn(3, 4, device=device), torch.randn(5, 4, device=device)]
+    tensors = {"sparse_coo": dense.to_sparse(), "sparse_csr": dense.to_sparse_csr(),
+               "nested": torch.nested.nested_tensor(values),
+               "jagged": torch.nested.nested_tensor(values, layout=torch.jagged)}
+    if device == "cpu" and torch.backends.mkldnn.is_available():
+        tensors["mkldnn"] = dense.to_mkldnn()
+    return tensors
+
+
+def as_dense_values(x):
+    """x's values as one dense flat tensor, whatever its layout (to compare results bit for bit)."""
+    if x.is_nested:
+        return torch.cat([component.reshape(-1) for component in x.unbind()])
+    return (x if x.layout == torch.strided else x.to_dense()).reshape(-1)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_layouts_the_kernels_lack_get_torchs_result_or_error(device):
+    """Sparse, nested (both layouts) and mkldnn tensors go to torch's function, as the README says: torch's result,
+    bit for bit (relu and tanh on sparse tensors, every function on jagged nested tensors, ...), or torch's exception,
+    from every function, in-place function and module, and from softmax and log_softmax; a jagged nested tensor's
+    gradient is torch's too."""
+    torch.manual_seed(fresh_seed())
+    results = collections.Counter()
+    for layout, x in tensors_of_layouts_the_kernels_lack(device).items():
+        calls = []
+        for row in activations.OPS.values():
+            module = getattr(activations, row.torch_module.__name__)
+            calls += [(row.function, row.torch_function), (module(), row.torch_module())]
+            if row.inplace == "flag":
+                calls.append((getattr(activations, row.name + "_"), functools.partial(getattr(F, row.name), inplace=True)))
+            elif row.inplace == "function":
+                calls.append((getattr(activations, row.name + "_"), getattr(torch, row.name + "_")))
+        for name in activations.REDUCTIONS:
+            calls.append((functools.partial(getattr(activations, name), dim=-1),
+                          functools.partial(getattr(torch, name), dim=-1)))
+        for ours, torchs in calls:
+            expected, got = outcome(torchs, x.clone()), outcome(ours, x.clone())
+            assert got[0] == expected[0], (layout, ours, got, expected)
+            if got[0] == "error":
+                assert got == expected, (layout, ours)
+            else:
+                for a, b in zip(got[1:], expected[1:]):  # the input after the call, the result
+                    assert a.layout == b.layout and a.is_nested == b.is_nested and a.dtype == b.dtype, (layout, ours)
+                    assert torch.equal(as_dense_values(a), as_dense_values(b)), (layout, ours)
+            results[layout, expected[0]] += 1
+    for layout in ("jagged", "nested"):
+        assert results[layout, "result"] >= 10, results
+    assert results["sparse_coo", "result"] >= 2 and results["sparse_coo", "error"] >= 10, results
+    values = [torch.randn(3, 4, device=device), torch.randn(5, 4, device=device)]
+    gradients = []
+    for gelu in (activations.gelu, F.gelu):
+        x = torch.nested.nested_tensor(values, layout=torch.jagged, requires_grad=True)
+        y = gelu(x)
+        (grad,) = torch.autograd.grad(y.values().square().sum(), x)
+        gradients.append(grad.values())
+    torch.testing.assert_close(gradients[0], gradients[1], rtol=0, atol=0)
 
 
 def test_torchscript_refuses_what_the_operators_lack():
