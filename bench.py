@@ -11,6 +11,7 @@
     python bench.py --overhead                 # only the cost of one small call
     python bench.py --build 5                  # only the first (compiling) and a later import, 5 times each
     python bench.py --softmax                  # only softmax and log_softmax over the issue's row lengths
+    python bench.py --chunked                  # only the GLU activations on half of each row (x.chunk(2, -1))
     python bench.py --ops relu,gelu --dtypes bf16 --directions backward,step --sizes 2^20,2^24 --reps 50 --json out.json
 
 The rows come from activations.OPS, in its order, each op at its default parameters (torch's), plus gelu with
@@ -95,7 +96,8 @@ silu, those in --ops): DDP_ROUNDS rounds, each timing DDP_STEPS steps of each in
 wall clock on rank 0 (every rank waits for the others in the gradients' all-reduce); the best round of each.
 
 --main runs the main run beside the sections named (--kernelbench, --vmap, --models, --overhead, --sweep). --json
-writes every number as a list of dicts (key "kind": run, copy, cell, overhead, vmap, kernelbench, model, ddp, build),
+writes every number as a list of dicts (key "kind": run, copy, cell, chunked, overhead, vmap, kernelbench, model, ddp,
+build),
 rewritten after each section so that a run cut short keeps what it finished.
 
 --softmax times softmax and log_softmax (activations.REDUCTIONS) over the last dim of the shapes in SOFTMAX_SHAPES
@@ -108,6 +110,12 @@ must move (forward: read x, write y; backward: read g and y, write the gradient)
 the CPU, of a copy of the cell's tensor bytes, as in the main table).
 Where Liger-Kernel is importable (`liger_kernel.ops.softmax`), softmax over the last dim gets a liger column too: its
 LigerSoftmaxFunction forward, and its backward through autograd.grad; the ratio printed is liger/ours.
+
+--chunked times the activations of gated MLPs (relu, silu, gelu; --ops) on an input that is not one dense block:
+the first half of x.chunk(2, -1) of a contiguous x, as a fused gate-and-up projection hands it to SwiGLU, GeGLU
+or ReGLU (CHUNKED_SHAPE: rows x the half's length, 2^22 elements on the CPU), in float32 and bfloat16 (--dtypes),
+forward, backward and step, timed and checked as the main table's cells (its copy floor: the logical tensor's
+bytes). The CPU loops walk such rows where they lie; the CUDA kernels copy them to a contiguous tensor first.
 
 --build times `import activations` on top of `import torch` in new processes: with an empty cache (it compiles
 what this machine builds; ACTIVATIONS_CPU_ONLY=1 for the CPU kernels alone) and then with that cache filled.
@@ -637,10 +645,11 @@ def compiled(fn):
         return unavailable
 
 
-def run_cells(rows, dtypes, shapes, directions, device, reps, with_compile, floor=None):
+def run_cells(rows, dtypes, shapes, directions, device, reps, with_compile, floor=None, chunked=False):
     """Every cell, one progress line as each finishes; returns the records. With a CopyFloor (the main table), one
     copy round runs after each row and every cell's % of copy is set from its final floor at the end; without one
-    (the sweep), cells are related to a copy of their own size and timed through CUDA graphs where run_cell says."""
+    (the sweep), cells are related to a copy of their own size and timed through CUDA graphs where run_cell says.
+    chunked: each input is the first half of x.chunk(2, -1) of a contiguous x whose last dim is twice the shape's."""
     records = []
     total, done = len(rows) * len(dtypes) * len(shapes) * len(directions), 0
     largest_numel = max(map(math.prod, shapes))
@@ -650,14 +659,18 @@ def run_cells(rows, dtypes, shapes, directions, device, reps, with_compile, floo
                 impls = {"torch": row.torch, "ours": row.ours}  # torch first: the rounds alternate from there
                 if with_compile:
                     impls["compile"] = compiled(row.torch)
-                x = torch.randn(shape, device=device, dtype=dtype)
+                if chunked:
+                    x = torch.randn(*shape[:-1], 2 * shape[-1], device=device, dtype=dtype).chunk(2, -1)[0]
+                else:
+                    x = torch.randn(shape, device=device, dtype=dtype)
                 # The incoming gradient is uniform in [-1, 1): a backward's rounding error scales with |g|, so with
                 # |g| <= 1 the check's tolerance bounds the error of the derivative itself, as it bounds the
                 # forward's.
-                g = torch.rand_like(x).mul_(2).sub_(1) if set(directions) != {"forward"} else None
+                g = torch.rand(x.shape, device=device, dtype=dtype).mul_(2).sub_(1) if set(directions) != {"forward"} else None
                 for direction in directions:
-                    record = {"kind": "cell", "op": row.name, "params": row.params, "dtype": dtype_name(dtype),
-                              "direction": direction, "numel": x.numel(), "shape": list(x.shape)}
+                    record = {"kind": "chunked" if chunked else "cell", "op": row.name, "params": row.params,
+                              "dtype": dtype_name(dtype), "direction": direction, "numel": x.numel(),
+                              "shape": list(x.shape)}
                     try:
                         if floor is not None:
                             record["copy_bytes"] = floor_bytes(device, x.numel(), x.element_size(), largest_numel)
@@ -1442,6 +1455,8 @@ def arguments(argv):
     parser.add_argument("--vmap", action="store_true", help="torch.func.vmap of every op, ours against torch's")
     parser.add_argument("--kernelbench", action="store_true", help="KernelBench's problems, timed as KernelBench does")
     parser.add_argument("--softmax", action="store_true", help="softmax and log_softmax over the issue's shapes")
+    parser.add_argument("--chunked", action="store_true",
+                        help="relu, silu, gelu on half of each row of a tensor (x.chunk(2, -1), gated MLPs)")
     parser.add_argument(
         "--models",
         type=lambda t: parse_list(t, MODEL_MODES),
@@ -1496,7 +1511,7 @@ def arguments(argv):
 def sections_of(args):
     """The sections this run runs, in order: those named, and the main run (table, overhead, vmap) when none is
     named or with --main."""
-    named = [name for name in ("sweep", "overhead", "vmap", "kernelbench", "softmax") if getattr(args, name)]
+    named = [name for name in ("sweep", "overhead", "vmap", "kernelbench", "softmax", "chunked") if getattr(args, name)]
     named += ["models"] if args.models is not None else []
     named += ["ddp"] if args.ddp else []
     sections = ["table", "overhead", "vmap"] if args.main or not named else []
@@ -1543,6 +1558,29 @@ def run_table(args, rows, device, name, reps, sweep):
     print_memory(cells)
     if not sweep and device.type == "cpu":
         cells += run_control(dtypes, max(shapes, key=math.prod), device, reps)
+    return cells
+
+
+# --chunked: the activations of gated MLPs (SwiGLU, GeGLU, ReGLU) and the logical shape of their input, half of each
+# row of a contiguous tensor (x.chunk(2, -1)): rows x the half's length.
+CHUNKED_OPS = ("relu", "silu", "gelu")
+CHUNKED_SHAPE = {"cuda": (16384, 16384), "cpu": (2048, 2048)}
+
+
+def run_chunked(args, device, name, reps):
+    """--chunked: the gated MLPs' activations on half of each row (see the module docstring); prints the cells,
+    returns their records."""
+    rows = table_rows(args.ops or CHUNKED_OPS)
+    dtypes = [DTYPES[d] for d in args.dtypes or ["float32", "bfloat16"]]
+    shape = CHUNKED_SHAPE[device.type]
+    sizes = [floor_bytes(device, math.prod(shape), dtype.itemsize, math.prod(shape)) for dtype in dtypes]
+    floor = CopyFloor(sizes, device, reps)
+    floor.measure()
+    print(f"copy floor: {floor.describe()}", flush=True)
+    cells = run_cells(rows, dtypes, [shape], args.directions or list(DIRECTIONS), device, reps, False, floor,
+                      chunked=True)
+    print_cells(cells, f"Chunked input on {name}: the first half of x.chunk(2, -1), {shape[0]} x {shape[1]} elements "
+                f"of a {shape[0]} x {2 * shape[1]} tensor, {reps} samples")
     return cells
 
 
@@ -1768,6 +1806,8 @@ def main(argv=None):
         elif section == "softmax":
             results[section] = run_softmax(args, device, reps)
             print_softmax(results[section])
+        elif section == "chunked":
+            results[section] = run_chunked(args, device, name, reps)
         elif section == "kernelbench":
             problems = kernelbench_problems(args.ops)
             results[section] = run_kernelbench(problems, device, args.reps or KERNELBENCH_TRIALS, reps)

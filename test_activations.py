@@ -695,6 +695,14 @@ def layouts(device):
         "misaligned-odd-length": torch.randn(1001, device=device)[3:1000],
         "channels-last": torch.randn(2, 3, 5, 7, device=device).to(memory_format=torch.channels_last),
         "flipped": torch.flip(base, dims=[1]),
+        # Rows (a slice of a contiguous tensor's last dims), which the CPU loops walk where they lie: half rows of
+        # 64 (a fused projection's gate, x.chunk(2, -1)), of 37 (not whole mask bytes), of channels (2 x 4 x 2 x 8
+        # elements), at an offset of 3 elements; rows of 16, which are copied.
+        "row-halves": torch.randn(6, 128, device=device)[:, 64:],
+        "row-halves-of-37": torch.randn(2, 3, 74, device=device)[..., :37],
+        "channel-slice": torch.randn(2, 8, 2, 8, device=device)[:, 2:6],
+        "rows-at-offset-3": torch.randn(5, 100, device=device)[:, 3:67],
+        "short-rows": torch.randn(6, 32, device=device)[:, :16],
     }
 
 
@@ -713,6 +721,53 @@ def test_shapes_and_layouts(name, layout, device):
         # A gradient with other strides than the output (here: expanded, as from .sum()).
         (g,) = torch.autograd.grad(y.sum(), x_)
         check_values_and_gradient(name, x, y, g, torch.ones_like(x), x.dtype, f"{name} {layout}", seed)
+
+
+def copies_made(run):
+    """The copies (aten::copy_, clone, contiguous) that torch's profiler records while run() runs on the CPU."""
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
+        run()
+    return [event.name for event in profile.events() if event.name in ("aten::copy_", "aten::clone", "aten::contiguous")]
+
+
+@pytest.mark.parametrize("name", list(activations.OPS))
+def test_cpu_rows_are_walked_without_a_copy(name):
+    """On the CPU a tensor whose elements lie in rows (the gate half of a fused gate-and-up projection,
+    x.chunk(2, -1)) is read where it lies, with no contiguous copy first: the forward, its mask, the in-place form
+    and the backward from the saved input or output run no copy (a pass over memory less), and give the bits of the
+    same calls on a contiguous copy (tested against float64 in test_shapes_and_layouts). Rows shorter than 32
+    elements are copied, as the profiler sees."""
+    torch.manual_seed(fresh_seed())
+    row = activations.OPS[name]
+    fused = torch.randn(16, 2 * 96, dtype=torch.float64) * 3
+    gate = fused[:, :96]
+    leaf = fused.clone().requires_grad_()
+    x = leaf[:, :96]  # a view: its gradient is our backward's alone (the slice's own backward copies)
+    g = torch.randn(16, 96, dtype=torch.float64)
+    results = {}
+    y = row.function(x)
+    assert copies_made(lambda: results.update(forward=row.function(gate))) == []
+    assert copies_made(lambda: results.update(grad=torch.autograd.grad(y, x, g)[0])) == []
+    contiguous = gate.contiguous().requires_grad_()
+    torch.testing.assert_close(results["forward"], row.function(gate.contiguous()), rtol=0, atol=0)
+    torch.testing.assert_close(results["grad"], torch.autograd.grad(row.function(contiguous), contiguous, g)[0],
+                               rtol=0, atol=0)
+    if row.inplace:
+        inplace = getattr(activations, name + "_")
+        written = fused.clone()
+        assert copies_made(lambda: inplace(written[:, :96])) == []
+        torch.testing.assert_close(written[:, :96], results["forward"], rtol=0, atol=0)
+        torch.testing.assert_close(written[:, 96:], fused[:, 96:], rtol=0, atol=0)  # the other half untouched
+        for width in (37, 96):  # 37: not whole mask bytes (the mask rows copy such rows)
+            gradients = []
+            for source in (fused, fused[:, :width].contiguous()):  # rows, and the same values contiguous
+                leaf = source.clone().requires_grad_()
+                z = leaf * 1
+                inplace(z[:, :width])
+                gradients.append(torch.autograd.grad(z, leaf, torch.ones_like(z) * 2)[0][:, :width])
+                torch.testing.assert_close(z[:, :width], row.function(gate.contiguous()[:, :width]), rtol=0, atol=0)
+            torch.testing.assert_close(gradients[0], gradients[1], rtol=0, atol=0)
+    assert copies_made(lambda: row.function(fused[:, :16])) != []  # short rows: copied
 
 
 @requires_cuda
@@ -1734,6 +1789,24 @@ def test_bench_copy_floor_is_one_per_run_on_the_gpu_and_per_tensor_bytes_on_the_
         assert cell["copy_bytes"] == floor["bytes"] and cell["copy_gbps"] == floor["gbps"] == max(floor["rounds_gbps"])
         assert len(floor["rounds_gbps"]) == 1 + 2  # before the first row and after each of the two rows
         assert cell["ours_pct_copy"] == pytest.approx(100 * cell["ours_gbps"] / floor["gbps"])
+
+
+def test_bench_chunked_times_half_rows(tmp_path):
+    """bench.py --chunked: the GLU activations on the first half of x.chunk(2, -1), checked against torch's and
+    timed as the main table's cells, into --json as kind "chunked"."""
+    import bench
+
+    out = tmp_path / "chunked.json"
+    command = [sys.executable, os.path.join(HERE, "bench.py"), "--chunked", "--ops", "relu,silu", "--dtypes",
+               "bfloat16", "--directions", "forward,step", "--reps", "2", "--json", str(out)]
+    done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert "Chunked input on" in done.stdout
+    cells = [r for r in json.loads(out.read_text()) if r.get("kind") == "chunked"]
+    assert [(r["op"], r["direction"]) for r in cells] == [  # silu: torch's, and KernelBench's x * sigmoid(x)
+        (op, direction) for op in ("relu", "silu", "swish (x*sigmoid(x))") for direction in ("forward", "step")]
+    for cell in cells:
+        assert cell["shape"] == list(bench.CHUNKED_SHAPE["cpu"]) and cell["speedup"] > 0 and "error" not in cell
 
 
 @pytest.mark.parametrize("problem", PROBLEMS)

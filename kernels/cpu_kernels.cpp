@@ -535,24 +535,58 @@ void stream_blocks(int64_t begin, int64_t end, T* out, const Compute& compute) {
 }
 #endif
 
-// op over [0, n) on torch's CPU threads; where kMayStream (the mask rows' forwards), an output that streams() goes
-// out by stream_blocks. The lambda captures by value, and cpu_loop takes its values as arguments: captured
-// references would have to be reloaded after every store through a byte pointer.
+// An operand of a walk by rows (Rows in kernels.h): its data and its rows' stride. A dense operand's stride is the
+// walk's row length (the whole call's n where no operand has rows), so that element i is data[i].
+template <class T>
+struct Operand {
+  T* data;
+  int64_t stride;
+  T* at(int64_t row, int64_t column) const { return data + row * stride + column; }
+};
+
+// The row length of a call's walk: rows.length for an operand with rows, else n (one row: the dense walk).
+inline int64_t row_length(const Rows& rows, int64_t n) { return rows.length > 0 ? rows.length : n; }
+template <class T>
+Operand<T> operand(T* data, const Rows& rows, int64_t length) {
+  return {data, rows.length > 0 ? rows.stride : length};
+}
+
+// piece(first, count, row, column) for [first, first + count) cut where rows of `length` elements end: each piece
+// lies within one row of every operand, where the loops walk dense memory.
+template <class Piece>
+void for_row_pieces(int64_t length, int64_t first, int64_t count, const Piece& piece) {
+  for (const int64_t end = first + count; first < end;) {
+    const int64_t row = first / length, column = first - row * length;
+    const int64_t n = std::min(end - first, length - column);
+    piece(first, n, row, column);
+    first += n;
+  }
+}
+
+// op over [0, n) on torch's CPU threads, in rows of `length` elements (n: dense); where kMayStream (the mask rows'
+// forwards), a dense output that streams() goes out by stream_blocks. The lambda captures by value, and cpu_loop
+// takes its values as arguments: captured references would have to be reloaded after every store through a byte
+// pointer.
 template <bool kMayStream, class scalar_t, class Op, class... In>
-void cpu_elementwise(int64_t n, Op op, scalar_t* out, const In*... in) {
-  const bool streamed = kMayStream && streams(n, out);
+void cpu_elementwise(int64_t n, int64_t length, Op op, Operand<scalar_t> out, Operand<const In>... in) {
+  const bool dense_out = out.stride == length;
+  const bool streamed = kMayStream && dense_out && streams(n, out.data);
   parallel(n, kCpuGrain, [=](int64_t begin, int64_t end) {
+    // to: where out[first] goes when out is dense (out itself, or stream_blocks' buffer).
     const auto compute = [&](int64_t first, int64_t count, scalar_t* to) {
-      if constexpr (std::is_same_v<scalar_t, compute_t<scalar_t>> || fused<Op>()) {
-        cpu_loop(count, op, to, (in + first)...);
-      } else {
-        cpu_widened(count, op, to, std::index_sequence_for<In...>{}, (in + first)...);
-      }
+      for_row_pieces(length, first, count, [&](int64_t i, int64_t m, int64_t row, int64_t column) {
+        scalar_t* piece_out = dense_out ? to + (i - first) : out.at(row, column);
+        if constexpr (std::is_same_v<scalar_t, compute_t<scalar_t>> || fused<Op>()) {
+          cpu_loop(m, op, piece_out, in.at(row, column)...);
+        } else {
+          cpu_widened(m, op, piece_out, std::index_sequence_for<In...>{}, in.at(row, column)...);
+        }
+      });
     };
     if constexpr (kMayStream) {
-      if (streamed) return stream_blocks(begin, end, out, compute);
+      if (streamed) return stream_blocks(begin, end, out.data, compute);
     }
-    compute(begin, end - begin, out + begin);
+    compute(begin, end - begin, out.data + begin);
   });
 }
 
@@ -710,8 +744,8 @@ ACTIVATIONS_CPU_LOOP void cpu_mask_copy_loop(int64_t n, const Raw* grad_out, con
 // out + first, or a buffer that stream_blocks streams out, where out streams() and starts on a cache line (then its
 // blocks, and the head before a chunk's first line, start on mask bytes too: 8 elements are at most 64 bytes).
 template <class T, class Loop>
-void for_mask_chunks(int64_t n, T* out, Loop loop) {
-  const bool streamed = streams(n, out) && reinterpret_cast<uintptr_t>(out) % kLineBytes == 0;
+void for_mask_chunks(int64_t n, T* out, Loop loop, bool may_stream = true) {
+  const bool streamed = may_stream && streams(n, out) && reinterpret_cast<uintptr_t>(out) % kLineBytes == 0;
   parallel((n + 7) / 8, kCpuGrain / 8, [=](int64_t begin, int64_t end) {
     const int64_t first = begin * 8, last = std::min(n, end * 8);
     if (streamed) {
@@ -724,19 +758,27 @@ void for_mask_chunks(int64_t n, T* out, Loop loop) {
 
 }  // namespace
 
-void cpu_forward(Functor functor, DType dtype, const double* args, const void* x, void* y, uint8_t* mask, int64_t n) {
+void cpu_forward(Functor functor, DType dtype, const double* args, const void* x, void* y, uint8_t* mask, int64_t n,
+                 Rows x_rows, Rows y_rows) {
+  const int64_t length = row_length(x_rows, n);  // x_rows.length, a multiple of 8 where a mask is written
   with_functor(functor, [&](auto tag) {
     with_scalar_type(dtype, [&](auto storage) {
       using scalar_t = decltype(storage);
       using F = CpuFunctor<decltype(tag), scalar_t>;
       const F f(args);
-      const auto* in = static_cast<const scalar_t*>(x);
-      const auto run = [&](auto* out) {
-        if (mask == nullptr) return cpu_elementwise<F::kMask>(n, Forward<F>{f}, out, in);
+      const auto in = operand(static_cast<const scalar_t*>(x), x_rows, length);
+      const auto run = [&](auto* y_data) {
+        const auto out = operand(y_data, y_rows, length);
+        if (mask == nullptr) return cpu_elementwise<F::kMask>(n, length, Forward<F>{f}, out, in);
         if constexpr (F::kMask) {
-          for_mask_chunks(n, out, [=](int64_t first, int64_t count, int64_t byte, auto* to) {
-            cpu_forward_mask_loop(count, f, in + first, to, mask + byte);
-          });
+          // A piece starts on a mask byte: chunks do, and rows are whole bytes.
+          const bool dense_out = out.stride == length;
+          for_mask_chunks(n, out.data, [=](int64_t first, int64_t count, int64_t, auto* to) {
+            for_row_pieces(length, first, count, [&](int64_t i, int64_t m, int64_t row, int64_t column) {
+              cpu_forward_mask_loop(m, f, in.at(row, column), dense_out ? to + (i - first) : out.at(row, column),
+                                    mask + i / 8);
+            });
+          }, dense_out);
         }
       };
       if constexpr (std::is_same_v<scalar_t, c10::BFloat16> && SelectsConstants<F>::value) {
@@ -748,20 +790,21 @@ void cpu_forward(Functor functor, DType dtype, const double* args, const void* x
 }
 
 void cpu_backward(Functor functor, DType dtype, const double* args, bool from_output, const void* grad_out,
-                  const void* saved, void* grad_in, int64_t n) {
+                  const void* saved, void* grad_in, int64_t n, Rows saved_rows) {
+  const int64_t length = row_length(saved_rows, n);
   with_functor(functor, [&](auto tag) {
     with_scalar_type(dtype, [&](auto storage) {
       using scalar_t = decltype(storage);
       using F = CpuFunctor<decltype(tag), scalar_t>;
       const F f(args);
-      const auto* g = static_cast<const scalar_t*>(grad_out);
-      const auto* s = static_cast<const scalar_t*>(saved);
-      auto* out = static_cast<scalar_t*>(grad_in);
+      const Operand<const scalar_t> g{static_cast<const scalar_t*>(grad_out), length};
+      const auto s = operand(static_cast<const scalar_t*>(saved), saved_rows, length);
+      const Operand<scalar_t> out{static_cast<scalar_t*>(grad_in), length};
       if constexpr (F::kFromOutput) {
-        if (from_output) return cpu_elementwise<false>(n, Backward<F, true>{f}, out, g, s);
+        if (from_output) return cpu_elementwise<false>(n, length, Backward<F, true>{f}, out, g, s);
       }
       if constexpr (F::kFromInput) {
-        if (!from_output) return cpu_elementwise<false>(n, Backward<F, false>{f}, out, g, s);
+        if (!from_output) return cpu_elementwise<false>(n, length, Backward<F, false>{f}, out, g, s);
       }
     });
   });
@@ -774,15 +817,15 @@ void cpu_double_backward(Functor functor, DType dtype, const double* args, bool 
       using scalar_t = decltype(storage);
       using F = CpuFunctor<decltype(tag), scalar_t>;
       const F f(args);
-      const auto* gg = static_cast<const scalar_t*>(grad_grad);
-      const auto* g = static_cast<const scalar_t*>(grad_out);
-      const auto* s = static_cast<const scalar_t*>(saved);
-      auto* result = static_cast<scalar_t*>(out);
+      const Operand<const scalar_t> gg{static_cast<const scalar_t*>(grad_grad), n};
+      const Operand<const scalar_t> g{static_cast<const scalar_t*>(grad_out), n};
+      const Operand<const scalar_t> s{static_cast<const scalar_t*>(saved), n};
+      const Operand<scalar_t> result{static_cast<scalar_t*>(out), n};
       if constexpr (F::kFromOutput) {
-        if (from_output) return cpu_elementwise<false>(n, DoubleBackward<F, true>{f}, result, gg, g, s);
+        if (from_output) return cpu_elementwise<false>(n, n, DoubleBackward<F, true>{f}, result, gg, g, s);
       }
       if constexpr (F::kFromInput) {
-        if (!from_output) return cpu_elementwise<false>(n, DoubleBackward<F, false>{f}, result, gg, g, s);
+        if (!from_output) return cpu_elementwise<false>(n, n, DoubleBackward<F, false>{f}, result, gg, g, s);
       }
     });
   });

@@ -3,11 +3,11 @@
 // kernel files compile fast (DESIGN.md: 142 s of nvcc with <torch/extension.h>, under 3 s without) and side by
 // side.
 //
-// Every function maps dense buffers of n elements walked in memory order: element i of one operand pairs with
-// element i of the others, and `out` is either a buffer of its own or the very first operand (in place). The
-// activation is `functor` (op_table.h) built from `args` (the op table's layout of its arguments). The CUDA
-// functions run on `stream` (a cudaStream_t) on the current device and return nullptr on success or the CUDA
-// error string of a failed launch; the CPU ones run on torch's CPU threads.
+// Every function maps dense buffers of n elements walked in memory order (or, on the CPU, rows: Rows below):
+// element i of one operand pairs with element i of the others, and `out` is either a buffer of its own or the very
+// first operand (in place). The activation is `functor` (op_table.h) built from `args` (the op table's layout of
+// its arguments). The CUDA functions run on `stream` (a cudaStream_t) on the current device and return nullptr on
+// success or the CUDA error string of a failed launch; the CPU ones run on torch's CPU threads.
 #pragma once
 
 #include <stdint.h>
@@ -19,17 +19,30 @@ namespace activations {
 
 enum class DType : int { Float32, Float64, Float16, BFloat16 };
 
+// Where a CPU operand's elements lie when it is not one dense block: rows of `length` elements, each dense, every
+// row `stride` elements after the one before (stride > length), in the order of a contiguous tensor of its shape.
+// A slice of a contiguous tensor's last dimensions lies so (either half of a fused gate-and-up projection,
+// x.chunk(2, -1)): the CPU loops walk it row by row, where a contiguous copy of it would cost another pass over
+// memory. length 0: the operand is dense.
+struct Rows {
+  int64_t length = 0;
+  int64_t stride = 0;
+};
+
 // y = f(x); with a mask (piecewise-linear functors only), also the backward's bit per element (bit i of byte
 // i / 8: whether the gradient of element i is multiplied by `passing` rather than `blocked`).
 const char* cuda_forward(Functor functor, DType dtype, const double* args, const void* x, void* y, uint8_t* mask,
                          int64_t n, void* stream);
-void cpu_forward(Functor functor, DType dtype, const double* args, const void* x, void* y, uint8_t* mask, int64_t n);
+// x_rows: x's rows, where x is not dense; y_rows: y's (y is dense or, in place, x).
+void cpu_forward(Functor functor, DType dtype, const double* args, const void* x, void* y, uint8_t* mask, int64_t n,
+                 Rows x_rows = {}, Rows y_rows = {});
 
 // grad_in = grad_out * f'(saved), saved being the forward's input or (from_output) its output.
 const char* cuda_backward(Functor functor, DType dtype, const double* args, bool from_output, const void* grad_out,
                           const void* saved, void* grad_in, int64_t n, void* stream);
+// saved_rows: saved's rows, where it is not dense (grad_out and grad_in are).
 void cpu_backward(Functor functor, DType dtype, const double* args, bool from_output, const void* grad_out,
-                  const void* saved, void* grad_in, int64_t n);
+                  const void* saved, void* grad_in, int64_t n, Rows saved_rows = {});
 
 // out = grad_grad * grad_out * f''(saved): the derivative of the backward with respect to what it saved (from
 // the output: the derivative of f' written in y, with respect to y).
