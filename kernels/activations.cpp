@@ -71,20 +71,22 @@ void check_same(const Tensor& a, const Tensor& b, const char* op, const char* a_
 
 // The kernels walk memory linearly. A tensor that covers one dense block (contiguous, transposed,
 // channels_last, ...) is used as it is and its output gets the same strides, as torch does; anything else
-// (step slices, expanded dimensions) is copied to a contiguous tensor first, but rows on the CPU (cpu_rows).
+// (step slices, expanded dimensions) is copied to a contiguous tensor first, but rows (rows_of).
 Tensor dense(const Tensor& t) { return t.is_non_overlapping_and_dense() ? t : t.contiguous(); }
 
-// Rows shorter than this are copied to a contiguous tensor rather than walked row by row: each row costs a call of
-// the loop. The forwards of ReLU and SiLU over halves of rows (x.chunk(2, -1), 2^21 elements, 2 threads, 2-core
-// Zen 4): with rows of 32 and 64 float32 elements walked by rows 0.24-0.33 and 0.17-0.31 ms against 0.29-0.64 and
-// 0.32-0.65 copied (ReLU); rows of 16 were no faster walked.
+// Rows shorter than this are copied to a contiguous tensor rather than walked row by row: on the CPU each row
+// costs a call of the loop. The forwards of ReLU and SiLU over halves of rows (x.chunk(2, -1), 2^21 elements, 2
+// threads, 2-core Zen 4; results/cpu-epyc-2026-12-07/rows_length.log): float32 rows of 32 and 64 took 0.22-0.23 and
+// 0.16 ms walked against 0.33-0.40 copied (ReLU); rows of 16 walked cost the bfloat16 forwards 12-26 %.
 constexpr int64_t kMinRowLength = 32;
 
-// A CPU tensor that is not one dense block but whose elements lie in rows (Rows in kernels.h): the loops walk it
-// in place of a contiguous copy (a pass over memory less), and the op's output is contiguous, as dense()'s copy
-// gave it. Rows of at least kMinRowLength elements, and with a mask whole mask bytes (a multiple of 8 elements).
-std::optional<Rows> cpu_rows(const Tensor& t, bool with_mask) {
-  if (!t.is_cpu() || t.is_non_overlapping_and_dense()) return std::nullopt;
+// A tensor that is not one dense block but whose elements lie in rows (Rows in kernels.h) of at least
+// kMinRowLength elements: the kernels walk it where it lies in place of a contiguous copy (a pass over memory
+// less), and the op's output is contiguous, as dense()'s copy gave it. On the CPU, with a mask, rows of whole mask
+// bytes (a multiple of 8 elements); on CUDA, out of place only (the caller's part) and fewer than 2^31 elements
+// (RowIndex's 32-bit division, cuda_kernels.cuh).
+std::optional<Rows> rows_of(const Tensor& t, bool with_mask) {
+  if (!(t.is_cpu() || t.is_cuda()) || t.is_non_overlapping_and_dense()) return std::nullopt;
   // The dense row: the innermost dimensions that continue one another (size 1 continues anything).
   int64_t length = 1;
   int64_t d = t.dim() - 1;
@@ -97,7 +99,9 @@ std::optional<Rows> cpu_rows(const Tensor& t, bool with_mask) {
     if (t.stride(e) != next) return std::nullopt;
     next *= t.size(e);
   }
-  if (length < kMinRowLength || (with_mask && length % 8 != 0)) return std::nullopt;
+  if (length < kMinRowLength) return std::nullopt;
+  if (t.is_cpu() && with_mask && length % 8 != 0) return std::nullopt;
+  if (t.is_cuda() && t.numel() >= (int64_t(1) << 31)) return std::nullopt;
   return Rows{length, stride};
 }
 
@@ -173,8 +177,8 @@ void on_cuda(const Tensor& t, const char* op, Launch&& launch) {
 #endif
 }
 
-// y = f(x) (x and y dense with the same strides, or the same tensor; on the CPU x, and y where it is x, may lie in
-// rows), with the mask when it is defined.
+// y = f(x) (x and y dense with the same strides, or the same tensor; x may lie in rows, and on the CPU so may y
+// where it is x), with the mask when it is defined.
 void forward_into(const OpRow& row, const FunctorArgs& args, const Tensor& x, const Tensor& y, const Tensor& mask,
                   Rows x_rows = {}, Rows y_rows = {}) {
   const int64_t n = x.numel();
@@ -183,7 +187,7 @@ void forward_into(const OpRow& row, const FunctorArgs& args, const Tensor& x, co
   if (x.is_cuda()) {
     return on_cuda(x, row.name, [&](auto stream) {
       return cuda_forward(row.functor, dtype_of(x), args.data(), x.const_data_ptr(), y.mutable_data_ptr(), mask_ptr,
-                          n, stream);
+                          n, stream, x_rows);
     });
   }
   cpu_forward(row.functor, dtype_of(x), args.data(), x.const_data_ptr(), y.mutable_data_ptr(), mask_ptr, n, x_rows,
@@ -195,7 +199,7 @@ template <bool kCompute>
 std::pair<Tensor, Tensor> forward_out_of_place(const OpRow& row, const FunctorArgs& args, const Tensor& input,
                                                bool with_mask) {
   check_input(input, row.name, "input");
-  const std::optional<Rows> rows = cpu_rows(input, with_mask);
+  const std::optional<Rows> rows = rows_of(input, with_mask);
   const Tensor x = rows ? input : dense(input);
   Tensor y = new_output(x, rows.has_value());
   Tensor mask = with_mask ? new_mask(x) : Tensor();
@@ -203,7 +207,8 @@ std::pair<Tensor, Tensor> forward_out_of_place(const OpRow& row, const FunctorAr
   return {y, mask};
 }
 
-// In place; a tensor that is not a dense block is walked by rows (cpu_rows) or computed densely and copied back.
+// In place; a tensor that is not a dense block is walked by rows (rows_of; on the CPU) or computed densely and copied
+// back.
 // The mask follows the memory order of x when x is dense, else the order of a contiguous tensor (the autograd layer
 // lays the gradient out in that order).
 template <bool kCompute>
@@ -214,7 +219,7 @@ Tensor forward_in_place(const OpRow& row, const FunctorArgs& args, const Tensor&
   if constexpr (kCompute) {
     if (x.is_non_overlapping_and_dense()) {
       forward_into(row, args, x, x, mask);
-    } else if (const std::optional<Rows> rows = cpu_rows(x, with_mask)) {
+    } else if (const std::optional<Rows> rows = x.is_cpu() ? rows_of(x, with_mask) : std::nullopt) {
       forward_into(row, args, x, x, mask, *rows, *rows);
     } else {
       const Tensor source = x.contiguous();
@@ -269,8 +274,8 @@ void check_mask(const Tensor& grad_output, const Tensor& mask, const char* op) {
 }
 
 // grad_input = grad_output * f'(saved); grad_input may be grad_output itself. grad_output and saved are dense
-// with the same strides (or saved is the mask of grad_output's memory order, or, on the CPU, lies in saved_rows
-// and grad_output is contiguous).
+// with the same strides (or saved is the mask of grad_output's memory order, or lies in saved_rows and grad_output
+// is contiguous).
 void backward_into(const OpRow& row, const FunctorArgs& args, Saves saves, const Tensor& grad_output,
                    const Tensor& saved, const Tensor& grad_input, const char* op, Rows saved_rows = {}) {
   const int64_t n = grad_output.numel();
@@ -292,7 +297,7 @@ void backward_into(const OpRow& row, const FunctorArgs& args, Saves saves, const
   if (grad_output.is_cuda()) {
     return on_cuda(grad_output, op, [&](auto stream) {
       return cuda_backward(row.functor, dtype, args.data(), from_output, grad_output.const_data_ptr(),
-                           saved.const_data_ptr(), grad_input.mutable_data_ptr(), n, stream);
+                           saved.const_data_ptr(), grad_input.mutable_data_ptr(), n, stream, saved_rows);
     });
   }
   cpu_backward(row.functor, dtype, args.data(), from_output, grad_output.const_data_ptr(), saved.const_data_ptr(),
@@ -350,15 +355,14 @@ void forward_with_mask_inplace_kernel(const c10::OperatorHandle&, Stack* stack) 
 }
 
 // The operands of backward and backward_: grad_output, the saved mask, input or output, and the saved tensor's
-// rows where the CPU loops walk it so (cpu_rows).
+// rows where the kernels walk it so (rows_of).
 struct BackwardOperands {
   Tensor grad, saved;
   Rows saved_rows;
 };
 
 // The checks of backward and backward_ and the layout both kernels need: for a saved input or output, a dense
-// `saved` and grad_output laid out with its strides, or on the CPU a saved tensor in rows and a contiguous
-// grad_output.
+// `saved` and grad_output laid out with its strides, or a saved tensor in rows and a contiguous grad_output.
 BackwardOperands backward_operands(const OpRow& row, const FunctorArgs& args, Saves saves, const Tensor& grad_output,
                                    const Tensor& saved, const char* op) {
   check_input(grad_output, op, "grad_output");
@@ -368,7 +372,7 @@ BackwardOperands backward_operands(const OpRow& row, const FunctorArgs& args, Sa
     return {grad_output, saved};
   }
   check_same(grad_output, saved, op, "grad_output", "the saved tensor");
-  if (const std::optional<Rows> rows = cpu_rows(saved, false)) return {grad_output.contiguous(), saved, *rows};
+  if (const std::optional<Rows> rows = rows_of(saved, false)) return {grad_output.contiguous(), saved, *rows};
   const Tensor s = dense(saved);
   return {with_strides(grad_output, s.sym_strides()), s};
 }

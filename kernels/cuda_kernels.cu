@@ -9,16 +9,17 @@ template <template <class, bool> class F>
 CudaKernels<F> kernels_of(FunctorTag<F>);
 
 const char* cuda_forward(Functor functor, DType dtype, const double* args, const void* x, void* y, uint8_t* mask,
-                         int64_t n, void* stream) {
+                         int64_t n, void* stream, Rows x_rows) {
   return with_functor(functor, [&](auto tag) {
-    return decltype(kernels_of(tag))::forward(dtype, args, x, y, mask, n, stream);
+    return decltype(kernels_of(tag))::forward(dtype, args, x, y, mask, n, stream, x_rows);
   });
 }
 
 const char* cuda_backward(Functor functor, DType dtype, const double* args, bool from_output, const void* grad_out,
-                          const void* saved, void* grad_in, int64_t n, void* stream) {
+                          const void* saved, void* grad_in, int64_t n, void* stream, Rows saved_rows) {
   return with_functor(functor, [&](auto tag) {
-    return decltype(kernels_of(tag))::backward(dtype, args, from_output, grad_out, saved, grad_in, n, stream);
+    return decltype(kernels_of(tag))::backward(dtype, args, from_output, grad_out, saved, grad_in, n, stream,
+                                               saved_rows);
   });
 }
 

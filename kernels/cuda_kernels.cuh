@@ -4,7 +4,8 @@
 // cuda_<Functor>.cu, one line each), so that nvcc compiles them side by side; cuda_kernels.cu dispatches to them.
 //
 // Memory layout: every buffer is dense and walked in memory order, so element i of one operand pairs with
-// element i of the others. Each thread handles 16-byte vectors (4 float, 8 half/bfloat16, 2 double) when all
+// element i of the others; but one input of the forward and backward kernels may lie in rows (Rows, kernels.h:
+// RowIndex below). Each thread handles 16-byte vectors (4 float, 8 half/bfloat16, 2 double) when all
 // pointers are 16-byte aligned, else single elements: one in the mask kernels, two in the elementwise kernel
 // (kElementwisePacks); the grid's last block goes element by element. A full grid ran at the copy rate on the
 // H100; grid-stride loops ran 6-12 % slower (DESIGN.md). Indices are 64-bit throughout.
@@ -92,6 +93,31 @@ __device__ __forceinline__ void store_pack_streaming(S* p, const Pack<S, kVec>& 
   }
 }
 
+// Where element i of an operand in rows (Rows) lies: row i / length (by a 32-bit multiply and shift, as torch's
+// IntDivider: exact for i < 2^31, which the caller ensures), column i % length. A 64-bit division an element held
+// the kernels below the copy rate: this is three integer instructions and a multiply-add.
+struct RowIndex {
+  int64_t length = 0, stride = 0;
+  uint32_t magic = 0, shift = 0;
+
+  static RowIndex of(const Rows& rows) {
+    RowIndex index;
+    index.length = rows.length;
+    index.stride = rows.stride;
+    if (rows.length > 0) {
+      const uint64_t divisor = static_cast<uint64_t>(rows.length);
+      while (index.shift < 32 && (uint64_t(1) << index.shift) < divisor) ++index.shift;
+      index.magic = static_cast<uint32_t>(((uint64_t(1) << 32) * ((uint64_t(1) << index.shift) - divisor)) / divisor + 1);
+    }
+    return index;
+  }
+  __device__ __forceinline__ int64_t operator()(int64_t i) const {
+    const uint32_t element = static_cast<uint32_t>(i);
+    const uint32_t row = (__umulhi(element, magic) + element) >> shift;
+    return static_cast<int64_t>(row) * stride + (i - static_cast<int64_t>(row) * length);
+  }
+};
+
 // First element handled by this thread.
 template <int kVec>
 __device__ __forceinline__ int64_t first_element() {
@@ -100,12 +126,14 @@ __device__ __forceinline__ int64_t first_element() {
 
 // out[i] = op(in_0[i], ...) for 1 to 3 inputs, computed in the compute type and rounded once on store. Each
 // thread takes kPacks vectors, kThreadsPerBlock vectors apart (each load instruction coalesced across the warp), and
-// issues all their loads before it computes.
-template <int kVec, class S, class Op, int kInputs, int kPacks>
+// issues all their loads before it computes. kRowInput: the input (1: a, 2: b) that lies in `rows`, or 0; with
+// vectors, its rows are whole vectors.
+template <int kVec, class S, class Op, int kInputs, int kPacks, int kRowInput = 0>
 __global__ void __launch_bounds__(kThreadsPerBlock)
     elementwise_kernel(int64_t n, Op op, S* __restrict__ out, const S* __restrict__ a, const S* __restrict__ b,
-                       const S* __restrict__ c) {
+                       const S* __restrict__ c, RowIndex rows) {
   using St = Storage<S>;
+  const auto at = [&](int input, int64_t i) { return input == kRowInput ? rows(i) : i; };
   const auto apply = [&](S va, S vb, S vc) {
     if constexpr (kInputs == 1) return St::store(op(St::load(va)));
     if constexpr (kInputs == 2) return St::store(op(St::load(va), St::load(vb)));
@@ -118,9 +146,9 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     Pack<S, kVec> pa[kPacks], pb[kPacks], pc[kPacks];
 #pragma unroll
     for (int p = 0; p < kPacks; ++p) {
-      pa[p] = load_pack<S, kVec>(a + thread_first + p * kPackStride);
+      pa[p] = load_pack<S, kVec>(a + at(1, thread_first + p * kPackStride));
       pb[p] = pc[p] = pa[p];
-      if constexpr (kInputs >= 2) pb[p] = load_pack<S, kVec>(b + thread_first + p * kPackStride);
+      if constexpr (kInputs >= 2) pb[p] = load_pack<S, kVec>(b + at(2, thread_first + p * kPackStride));
       if constexpr (kInputs >= 3) pc[p] = load_pack<S, kVec>(c + thread_first + p * kPackStride);
     }
 #pragma unroll
@@ -135,21 +163,25 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     for (int p = 0; p < kPacks; ++p) {
       const int64_t first = thread_first + p * kPackStride;
       for (int64_t i = first; i < first + kVec && i < n; ++i) {
-        out[i] = apply(a[i], kInputs >= 2 ? b[i] : a[i], kInputs >= 3 ? c[i] : a[i]);
+        const S va = a[at(1, i)];
+        out[i] = apply(va, kInputs >= 2 ? b[at(2, i)] : va, kInputs >= 3 ? c[i] : va);
       }
     }
   }
 }
 
-// y = f(x) and, packed 8 to a byte, the bit the backward needs (F::passes), for the piecewise-linear functors.
-template <int kVec, class S, class F>
+// y = f(x) and, packed 8 to a byte, the bit the backward needs (F::passes), for the piecewise-linear functors. kRows:
+// x lies in `rows` (whole vectors), y and the mask in element order.
+template <int kVec, class S, class F, bool kRows = false>
 __global__ void __launch_bounds__(kThreadsPerBlock)
-    forward_mask_kernel(int64_t n, F f, S* __restrict__ y, uint8_t* __restrict__ mask, const S* __restrict__ x) {
+    forward_mask_kernel(int64_t n, F f, S* __restrict__ y, uint8_t* __restrict__ mask, const S* __restrict__ x,
+                        RowIndex rows) {
   using St = Storage<S>;
+  const auto at = [&](int64_t i) { return kRows ? rows(i) : i; };
   const int64_t first = first_element<kVec>();
   uint32_t bits = 0;
   if (first + kVec <= n) {
-    const Pack<S, kVec> in = load_pack<S, kVec>(x + first);
+    const Pack<S, kVec> in = load_pack<S, kVec>(x + at(first));
     Pack<S, kVec> out;
 #pragma unroll
     for (int k = 0; k < kVec; ++k) {
@@ -160,7 +192,7 @@ __global__ void __launch_bounds__(kThreadsPerBlock)
     store_pack<S, kVec>(y + first, out);
   } else {
     for (int k = 0; first + k < n; ++k) {
-      const auto v = St::load(x[first + k]);
+      const auto v = St::load(x[at(first + k)]);
       y[first + k] = St::store(f.forward(v));
       bits |= uint32_t(f.passes(v)) << k;
     }
@@ -230,18 +262,29 @@ const char* launch(int64_t n, bool all_aligned, Launch&& kernel_for_width) {
 // two); the two vectors side by side in memory instead of a block apart, 10-35 % slower.
 constexpr int kElementwisePacks = 2;
 
+// Whether rows of S (Rows) are whole 16-byte vectors wherever a 16-byte aligned pointer starts them.
+template <class S>
+bool rows_of_vectors(const Rows& rows) {
+  constexpr int64_t kWide = 16 / sizeof(S);
+  return rows.length % kWide == 0 && rows.stride % kWide == 0;
+}
+
 // out = op(a, b, c) elementwise (b, c: only the first kInputs are read). Scalar accesses only with kVectors
-// false: the double backward is not worth its wide instantiations in build time.
-template <class S, int kInputs, bool kVectors = true, class Op>
+// false: the double backward is not worth its wide instantiations in build time. kRowInput: the input that lies in
+// `rows` (1: a, 2: b), or 0.
+template <class S, int kInputs, bool kVectors = true, int kRowInput = 0, class Op>
 const char* launch_elementwise(int64_t n, Op op, void* out, const void* a, const void* b, const void* c,
-                               void* stream) {
+                               void* stream, const Rows& rows = {}) {
   const bool all_aligned = kVectors && aligned16(out) && aligned16(a) && (kInputs < 2 || aligned16(b)) &&
-                           (kInputs < 3 || aligned16(c));
+                           (kInputs < 3 || aligned16(c)) && (kRowInput == 0 || rows_of_vectors<S>(rows));
   constexpr int kPacks = kVectors ? kElementwisePacks : 1;
+  const RowIndex row_index = RowIndex::of(rows);
   return launch<S, kPacks>(n, all_aligned, [&](auto vec, unsigned blocks) {
     if constexpr (kVectors || decltype(vec)::value == 1) {
-      elementwise_kernel<decltype(vec)::value, S, Op, kInputs, kPacks><<<blocks, kThreadsPerBlock, 0, (cudaStream_t)stream>>>(
-          n, op, static_cast<S*>(out), static_cast<const S*>(a), static_cast<const S*>(b), static_cast<const S*>(c));
+      elementwise_kernel<decltype(vec)::value, S, Op, kInputs, kPacks, kRowInput>
+          <<<blocks, kThreadsPerBlock, 0, (cudaStream_t)stream>>>(n, op, static_cast<S*>(out), static_cast<const S*>(a),
+                                                                  static_cast<const S*>(b), static_cast<const S*>(c),
+                                                                  row_index);
     }
   });
 }
@@ -259,9 +302,9 @@ struct CudaKernels {
   using For = F<typename cuda_detail::Storage<S>::compute, cuda_detail::Storage<S>::k16Bit>;
 
   static const char* forward(DType dtype, const double* args, const void* x, void* y, uint8_t* mask, int64_t n,
-                             void* stream);
+                             void* stream, const Rows& x_rows);
   static const char* backward(DType dtype, const double* args, bool from_output, const void* grad_out,
-                              const void* saved, void* grad_in, int64_t n, void* stream);
+                              const void* saved, void* grad_in, int64_t n, void* stream, const Rows& saved_rows);
   static const char* double_backward(DType dtype, const double* args, bool from_output, const void* grad_grad,
                                      const void* grad_out, const void* saved, void* out, int64_t n, void* stream);
 };

@@ -6,18 +6,30 @@
 
 namespace activations {
 
+// x_rows, saved_rows: where x or saved lies in rows (Rows), each launch takes the kernels that read it so.
 template <template <class, bool> class F>
 const char* CudaKernels<F>::forward(DType dtype, const double* args, const void* x, void* y, uint8_t* mask,
-                                    int64_t n, void* stream) {
+                                    int64_t n, void* stream, const Rows& x_rows) {
   using namespace cuda_detail;
+  const bool in_rows = x_rows.length > 0;
   return with_storage_type(dtype, [&](auto storage) -> const char* {
     using S = decltype(storage);
     const For<S> f(args);
-    if (mask == nullptr) return launch_elementwise<S, 1>(n, Forward<For<S>>{f}, y, x, nullptr, nullptr, stream);
+    if (mask == nullptr) {
+      if (in_rows) return launch_elementwise<S, 1, true, 1>(n, Forward<For<S>>{f}, y, x, nullptr, nullptr, stream, x_rows);
+      return launch_elementwise<S, 1>(n, Forward<For<S>>{f}, y, x, nullptr, nullptr, stream);
+    }
     if constexpr (For<S>::kMask) {
-      return launch<S>(n, aligned16(x) && aligned16(y), [&](auto vec, unsigned blocks) {
-        forward_mask_kernel<decltype(vec)::value><<<blocks, kThreadsPerBlock, 0, (cudaStream_t)stream>>>(
-            n, f, static_cast<S*>(y), mask, static_cast<const S*>(x));
+      const RowIndex row_index = RowIndex::of(x_rows);
+      const bool aligned = aligned16(x) && aligned16(y) && (!in_rows || rows_of_vectors<S>(x_rows));
+      return launch<S>(n, aligned, [&](auto vec, unsigned blocks) {
+        if (in_rows) {
+          forward_mask_kernel<decltype(vec)::value, S, For<S>, true><<<blocks, kThreadsPerBlock, 0, (cudaStream_t)stream>>>(
+              n, f, static_cast<S*>(y), mask, static_cast<const S*>(x), row_index);
+        } else {
+          forward_mask_kernel<decltype(vec)::value><<<blocks, kThreadsPerBlock, 0, (cudaStream_t)stream>>>(
+              n, f, static_cast<S*>(y), mask, static_cast<const S*>(x), row_index);
+        }
       });
     }
     return "activations: this activation has no mask";
@@ -26,17 +38,23 @@ const char* CudaKernels<F>::forward(DType dtype, const double* args, const void*
 
 template <template <class, bool> class F>
 const char* CudaKernels<F>::backward(DType dtype, const double* args, bool from_output, const void* grad_out,
-                                     const void* saved, void* grad_in, int64_t n, void* stream) {
+                                     const void* saved, void* grad_in, int64_t n, void* stream,
+                                     const Rows& saved_rows) {
   using namespace cuda_detail;
+  const bool in_rows = saved_rows.length > 0;
   return with_storage_type(dtype, [&](auto storage) -> const char* {
     using S = decltype(storage);
     using G = For<S>;  // grad * f'(x) is rounded to 16 bits as the forward's result is: the cheap formulas do
     const G f(args);
+    const auto run = [&](auto op) {
+      if (in_rows) return launch_elementwise<S, 2, true, 2>(n, op, grad_in, grad_out, saved, nullptr, stream, saved_rows);
+      return launch_elementwise<S, 2>(n, op, grad_in, grad_out, saved, nullptr, stream);
+    };
     if constexpr (G::kFromOutput) {
-      if (from_output) return launch_elementwise<S, 2>(n, Backward<G, true>{f}, grad_in, grad_out, saved, nullptr, stream);
+      if (from_output) return run(Backward<G, true>{f});
     }
     if constexpr (G::kFromInput) {
-      if (!from_output) return launch_elementwise<S, 2>(n, Backward<G, false>{f}, grad_in, grad_out, saved, nullptr, stream);
+      if (!from_output) return run(Backward<G, false>{f});
     }
     return "activations: this activation has no backward from that saved tensor";
   });

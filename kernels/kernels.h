@@ -19,10 +19,10 @@ namespace activations {
 
 enum class DType : int { Float32, Float64, Float16, BFloat16 };
 
-// Where a CPU operand's elements lie when it is not one dense block: rows of `length` elements, each dense, every
-// row `stride` elements after the one before (stride > length), in the order of a contiguous tensor of its shape.
-// A slice of a contiguous tensor's last dimensions lies so (either half of a fused gate-and-up projection,
-// x.chunk(2, -1)): the CPU loops walk it row by row, where a contiguous copy of it would cost another pass over
+// Where an operand's elements lie when it is not one dense block: rows of `length` elements, each dense, every row
+// `stride` elements after the one before (stride > length), in the order of a contiguous tensor of its shape. A
+// slice of a contiguous tensor's last dimensions lies so (either half of a fused gate-and-up projection,
+// x.chunk(2, -1)): the kernels walk it where it lies, where a contiguous copy of it would cost another pass over
 // memory. length 0: the operand is dense.
 struct Rows {
   int64_t length = 0;
@@ -30,16 +30,17 @@ struct Rows {
 };
 
 // y = f(x); with a mask (piecewise-linear functors only), also the backward's bit per element (bit i of byte
-// i / 8: whether the gradient of element i is multiplied by `passing` rather than `blocked`).
+// i / 8: whether the gradient of element i is multiplied by `passing` rather than `blocked`). On CUDA x may lie in
+// x_rows (out of place, fewer than 2^31 elements).
 const char* cuda_forward(Functor functor, DType dtype, const double* args, const void* x, void* y, uint8_t* mask,
-                         int64_t n, void* stream);
+                         int64_t n, void* stream, Rows x_rows = {});
 // x_rows: x's rows, where x is not dense; y_rows: y's (y is dense or, in place, x).
 void cpu_forward(Functor functor, DType dtype, const double* args, const void* x, void* y, uint8_t* mask, int64_t n,
                  Rows x_rows = {}, Rows y_rows = {});
 
 // grad_in = grad_out * f'(saved), saved being the forward's input or (from_output) its output.
 const char* cuda_backward(Functor functor, DType dtype, const double* args, bool from_output, const void* grad_out,
-                          const void* saved, void* grad_in, int64_t n, void* stream);
+                          const void* saved, void* grad_in, int64_t n, void* stream, Rows saved_rows = {});
 // saved_rows: saved's rows, where it is not dense (grad_out and grad_in are).
 void cpu_backward(Functor functor, DType dtype, const double* args, bool from_output, const void* grad_out,
                   const void* saved, void* grad_in, int64_t n, Rows saved_rows = {});
