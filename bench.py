@@ -115,7 +115,8 @@ LigerSoftmaxFunction forward, and its backward through autograd.grad; the ratio 
 the first half of x.chunk(2, -1) of a contiguous x, as a fused gate-and-up projection hands it to SwiGLU, GeGLU
 or ReGLU (CHUNKED_SHAPE: rows x the half's length, 2^22 elements on the CPU), in float32 and bfloat16 (--dtypes),
 forward, backward and step, timed and checked as the main table's cells (its copy floor: the logical tensor's
-bytes). The CPU loops walk such rows where they lie; the CUDA kernels copy them to a contiguous tensor first.
+bytes). Our kernels read such rows where they lie (torch's TensorIterator does too); a contiguous copy first, as
+they took before, costs a pass over memory.
 
 --build times `import activations` on top of `import torch` in new processes: with an empty cache (it compiles
 what this machine builds; ACTIVATIONS_CPU_ONLY=1 for the CPU kernels alone) and then with that cache filled.
