@@ -667,7 +667,9 @@ def run_cells(rows, dtypes, shapes, directions, device, reps, with_compile, floo
                 # The incoming gradient is uniform in [-1, 1): a backward's rounding error scales with |g|, so with
                 # |g| <= 1 the check's tolerance bounds the error of the derivative itself, as it bounds the
                 # forward's.
-                g = torch.rand(x.shape, device=device, dtype=dtype).mul_(2).sub_(1) if set(directions) != {"forward"} else None
+                g = None
+                if set(directions) != {"forward"}:
+                    g = torch.rand(x.shape, device=device, dtype=dtype).mul_(2).sub_(1)
                 for direction in directions:
                     record = {"kind": "chunked" if chunked else "cell", "op": row.name, "params": row.params,
                               "dtype": dtype_name(dtype), "direction": direction, "numel": x.numel(),

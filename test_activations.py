@@ -728,7 +728,8 @@ def copies_made(run):
     host calls, on either device)."""
     with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU]) as profile:
         run()
-    return [event.name for event in profile.events() if event.name in ("aten::copy_", "aten::clone", "aten::contiguous")]
+    copies = ("aten::copy_", "aten::clone", "aten::contiguous")
+    return [event.name for event in profile.events() if event.name in copies]
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -1213,6 +1214,19 @@ def test_bad_inputs_give_clear_errors(name):
             getattr(torch.ops.activations, name)(x)
 
 
+def ours_and_torchs(row, modules=True):
+    """[(ours, torch's)] for a row: its function, its module (with modules) and its in-place function, each beside
+    torch's counterpart (F.<name>(..., inplace=True), or torch.<name>_)."""
+    pairs = [(row.function, row.torch_function)]
+    if modules:
+        pairs.append((getattr(activations, row.torch_module.__name__)(), row.torch_module()))
+    if row.inplace == "flag":
+        pairs.append((getattr(activations, row.name + "_"), functools.partial(getattr(F, row.name), inplace=True)))
+    elif row.inplace == "function":
+        pairs.append((getattr(activations, row.name + "_"), getattr(torch, row.name + "_")))
+    return pairs
+
+
 def error_type(call):
     """The type of the exception call() raises, or None."""
     try:
@@ -1229,14 +1243,9 @@ def test_arguments_of_other_types_raise_torchs_exception():
     module, and from softmax and log_softmax."""
     x = torch.randn(4)
     for row in activations.OPS.values():
-        module, torch_module = getattr(activations, row.torch_module.__name__), row.torch_module
-        pairs = [(row.function, row.torch_function)]
-        if row.inplace == "flag":
-            pairs.append((getattr(activations, row.name + "_"), functools.partial(getattr(F, row.name), inplace=True)))
-        elif row.inplace == "function":
-            pairs.append((getattr(activations, row.name + "_"), getattr(torch, row.name + "_")))
+        pairs = ours_and_torchs(row, modules=False)
         for bad_input in ([1.0, -1.0], None, 1.5, "x"):
-            for ours, torchs in pairs + [(module(), torch_module())]:
+            for ours, torchs in ours_and_torchs(row):
                 expected = error_type(lambda: torchs(bad_input))
                 assert expected in (TypeError, AttributeError), (row.name, bad_input, expected)
                 assert error_type(lambda: ours(bad_input)) is expected, (row.name, bad_input)
@@ -2358,14 +2367,7 @@ def test_dtypes_the_kernels_lack_get_torchs_result_or_error(device):
         x = torch.tensor(values, device=device)
         x = (x + 0.5j * x.flip(0)).to(dtype) if dtype.is_complex else x.to(torch.int64).to(dtype)
         for row in activations.OPS.values():
-            module = getattr(activations, row.torch_module.__name__)
-            pairs = [(row.function, row.torch_function), (module(), row.torch_module())]
-            if row.inplace == "flag":
-                pairs.append((getattr(activations, row.name + "_"),
-                              functools.partial(getattr(F, row.name), inplace=True)))
-            elif row.inplace == "function":
-                pairs.append((getattr(activations, row.name + "_"), getattr(torch, row.name + "_")))
-            for ours, torchs in pairs:
+            for ours, torchs in ours_and_torchs(row):
                 expected = outcome(torchs, x.clone())
                 assert_same_outcome(outcome(ours, x.clone()), expected)
                 results[expected[0]] += 1
@@ -2406,14 +2408,7 @@ def test_layouts_the_kernels_lack_get_torchs_result_or_error(device):
     torch.manual_seed(fresh_seed())
     results = collections.Counter()
     for layout, x in tensors_of_layouts_the_kernels_lack(device).items():
-        calls = []
-        for row in activations.OPS.values():
-            module = getattr(activations, row.torch_module.__name__)
-            calls += [(row.function, row.torch_function), (module(), row.torch_module())]
-            if row.inplace == "flag":
-                calls.append((getattr(activations, row.name + "_"), functools.partial(getattr(F, row.name), inplace=True)))
-            elif row.inplace == "function":
-                calls.append((getattr(activations, row.name + "_"), getattr(torch, row.name + "_")))
+        calls = [pair for row in activations.OPS.values() for pair in ours_and_torchs(row)]
         for name in activations.REDUCTIONS:
             calls.append((functools.partial(getattr(activations, name), dim=-1),
                           functools.partial(getattr(torch, name), dim=-1)))

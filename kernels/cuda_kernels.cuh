@@ -93,9 +93,9 @@ __device__ __forceinline__ void store_pack_streaming(S* p, const Pack<S, kVec>& 
   }
 }
 
-// Where element i of an operand in rows (Rows) lies: row i / length (by a 32-bit multiply and shift, as torch's
-// IntDivider: exact for i < 2^31, which the caller ensures), column i % length. A 64-bit division an element held
-// the kernels below the copy rate: this is three integer instructions and a multiply-add.
+// Where element i of an operand in rows (Rows) lies: row i / length by a 32-bit multiply-high, an add and a shift (as
+// torch's IntDivider; exact for i < 2^31, which the caller ensures), where a 64-bit division is a subroutine of
+// dozens of instructions on the GPU; column i % length.
 struct RowIndex {
   int64_t length = 0, stride = 0;
   uint32_t magic = 0, shift = 0;
@@ -107,7 +107,8 @@ struct RowIndex {
     if (rows.length > 0) {
       const uint64_t divisor = static_cast<uint64_t>(rows.length);
       while (index.shift < 32 && (uint64_t(1) << index.shift) < divisor) ++index.shift;
-      index.magic = static_cast<uint32_t>(((uint64_t(1) << 32) * ((uint64_t(1) << index.shift) - divisor)) / divisor + 1);
+      const uint64_t above = (uint64_t(1) << index.shift) - divisor;  // 2^shift >= divisor
+      index.magic = static_cast<uint32_t>((uint64_t(1) << 32) * above / divisor + 1);
     }
     return index;
   }

@@ -16,7 +16,9 @@ const char* CudaKernels<F>::forward(DType dtype, const double* args, const void*
     using S = decltype(storage);
     const For<S> f(args);
     if (mask == nullptr) {
-      if (in_rows) return launch_elementwise<S, 1, true, 1>(n, Forward<For<S>>{f}, y, x, nullptr, nullptr, stream, x_rows);
+      if (in_rows) {
+        return launch_elementwise<S, 1, true, 1>(n, Forward<For<S>>{f}, y, x, nullptr, nullptr, stream, x_rows);
+      }
       return launch_elementwise<S, 1>(n, Forward<For<S>>{f}, y, x, nullptr, nullptr, stream);
     }
     if constexpr (For<S>::kMask) {
@@ -24,8 +26,9 @@ const char* CudaKernels<F>::forward(DType dtype, const double* args, const void*
       const bool aligned = aligned16(x) && aligned16(y) && (!in_rows || rows_of_vectors<S>(x_rows));
       return launch<S>(n, aligned, [&](auto vec, unsigned blocks) {
         if (in_rows) {
-          forward_mask_kernel<decltype(vec)::value, S, For<S>, true><<<blocks, kThreadsPerBlock, 0, (cudaStream_t)stream>>>(
-              n, f, static_cast<S*>(y), mask, static_cast<const S*>(x), row_index);
+          forward_mask_kernel<decltype(vec)::value, S, For<S>, true>
+              <<<blocks, kThreadsPerBlock, 0, (cudaStream_t)stream>>>(n, f, static_cast<S*>(y), mask,
+                                                                      static_cast<const S*>(x), row_index);
         } else {
           forward_mask_kernel<decltype(vec)::value><<<blocks, kThreadsPerBlock, 0, (cudaStream_t)stream>>>(
               n, f, static_cast<S*>(y), mask, static_cast<const S*>(x), row_index);
@@ -47,7 +50,9 @@ const char* CudaKernels<F>::backward(DType dtype, const double* args, bool from_
     using G = For<S>;  // grad * f'(x) is rounded to 16 bits as the forward's result is: the cheap formulas do
     const G f(args);
     const auto run = [&](auto op) {
-      if (in_rows) return launch_elementwise<S, 2, true, 2>(n, op, grad_in, grad_out, saved, nullptr, stream, saved_rows);
+      if (in_rows) {
+        return launch_elementwise<S, 2, true, 2>(n, op, grad_in, grad_out, saved, nullptr, stream, saved_rows);
+      }
       return launch_elementwise<S, 2>(n, op, grad_in, grad_out, saved, nullptr, stream);
     };
     if constexpr (G::kFromOutput) {
