@@ -3,7 +3,7 @@
 // kernel files compile fast (DESIGN.md: 142 s of nvcc with <torch/extension.h>, under 3 s without) and side by
 // side.
 //
-// Every function maps dense buffers of n elements walked in memory order (or, on the CPU, rows: Rows below):
+// Every function maps dense buffers of n elements walked in memory order (or one operand in rows: Rows below):
 // element i of one operand pairs with element i of the others, and `out` is either a buffer of its own or the very
 // first operand (in place). The activation is `functor` (op_table.h) built from `args` (the op table's layout of
 // its arguments). The CUDA functions run on `stream` (a cudaStream_t) on the current device and return nullptr on
