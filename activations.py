@@ -989,9 +989,12 @@ def _on_dtensor(function, x, *args, reduced_dim=None, **kwargs):
     result = function(local.clone() if recorded and saves == "input" else local, *args, **kwargs)
     if recorded and saves == "output":
         result = result.clone()
-    # The global strides: x's where the result kept the shard's layout (the elementwise ops keep a dense input's),
-    # else contiguous ones (softmax's results are contiguous).
-    stride = x.stride() if result.stride() == local.stride() else torch.empty(x.shape, device="meta").stride()
+    # The global strides, as torch's own function gives them: an elementwise op's result dense in x's memory order
+    # (empty_like's strides: x's own where x is dense), softmax's contiguous.
+    if function.__name__ in OPS:
+        stride = torch.empty_like(torch.empty_strided(x.shape, x.stride(), device="meta")).stride()
+    else:
+        stride = torch.empty(x.shape, device="meta").stride()
     return DTensor.from_local(result, x.device_mesh, placements, run_check=False, shape=x.shape, stride=stride)
 
 

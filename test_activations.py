@@ -703,7 +703,25 @@ def layouts(device):
         "channel-slice": torch.randn(2, 8, 2, 8, device=device)[:, 2:6],
         "rows-at-offset-3": torch.randn(5, 100, device=device)[:, 3:67],
         "short-rows": torch.randn(6, 32, device=device)[:, :16],
+        # Neither dense nor row-major: walked in their memory order, and laid out in it as torch's results are (a
+        # channels_last tensor's channel slices: rows of 40 channels, walked in place, and of 4, copied; slices of
+        # transposed tensors: rows of 40, of 10 with a dimension of size 1).
+        "channels-last-slice": torch.randn(2, 96, 3, 3, device=device).to(memory_format=torch.channels_last)[:, 16:56],
+        "channels-last-short-slice": torch.randn(2, 8, 5, 7, device=device).to(memory_format=torch.channels_last)[:, :4],
+        "transposed-rows": torch.randn(5, 80, device=device)[:, 8:48].t(),
+        "transposed-slice": base.transpose(0, 2)[:, 1:5].unsqueeze(1),
     }
+
+
+def in_its_layout_requiring_grad(x):
+    """x's values with its sizes, strides and storage offset, in a tensor whose gradient can be asked for: x itself
+    where its elements share memory (expanded: it is a leaf), else a view of a leaf that holds a copy of x's whole
+    storage (a clone would be laid out densely)."""
+    if x._base is None and x.is_contiguous() or torch._debug_has_internal_overlap(x) == 1:
+        return x.detach().requires_grad_()
+    storage = torch.empty(0, dtype=x.dtype, device=x.device).set_(x.untyped_storage().clone())
+    leaf = storage.requires_grad_()
+    return leaf.as_strided(x.shape, x.stride(), x.storage_offset())
 
 
 @pytest.mark.parametrize("device", DEVICES)
@@ -712,8 +730,8 @@ def layouts(device):
 def test_shapes_and_layouts(name, layout, device):
     x = layouts(device)[layout]
     seed = fresh_seed()
-    x_ = x.detach().clone(memory_format=torch.preserve_format) if layout != "expanded" else x.detach()
-    x_ = x_.requires_grad_() if x_.is_leaf else x_
+    x_ = in_its_layout_requiring_grad(x)
+    assert (x_.stride(), x_.storage_offset()) == (x.stride(), x.storage_offset())
     y = ours(name)(x_)
     assert y.shape == x.shape
     assert y.stride() == theirs(name)(x).stride(), f"output strides {y.stride()}, torch gives {theirs(name)(x).stride()}"
@@ -732,25 +750,41 @@ def copies_made(run):
     return [event.name for event in profile.events() if event.name in copies]
 
 
+def fused_inputs(device):
+    """name -> (a tensor of 192 features, the dimension that holds them): the gate-and-up projection of a gated MLP,
+    whose halves x.chunk(2, -1) are rows, and a channels_last activation map, whose channel slices are rows in its
+    memory order."""
+    return {
+        "gate-half": (torch.randn(16, 192, dtype=torch.float64, device=device) * 3, -1),
+        "channels-last-slice": (
+            (torch.randn(4, 192, 2, 2, dtype=torch.float64, device=device) * 3).to(memory_format=torch.channels_last),
+            1,
+        ),
+    }
+
+
 @pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("fused_input", list(fused_inputs("cpu")))
 @pytest.mark.parametrize("name", list(activations.OPS))
-def test_rows_are_walked_without_a_copy(name, device):
-    """A tensor whose elements lie in rows (the gate half of a fused gate-and-up projection, x.chunk(2, -1)) is read
-    where it lies, with no contiguous copy first: the forward, its mask and the backward from the saved input or
-    output run no copy (a pass over memory less), and so does the in-place form on the CPU; each gives the bits of
-    the same call on a contiguous copy (tested against float64 in test_shapes_and_layouts). Rows shorter than 32
-    elements are copied, as the profiler sees."""
+def test_rows_are_walked_without_a_copy(name, fused_input, device):
+    """A tensor whose elements lie in rows (the gate half of a fused gate-and-up projection, x.chunk(2, -1); a
+    channel slice of a channels_last tensor, in its memory order) is read where it lies, with no contiguous copy
+    first: the forward, its mask and the backward from the saved input or output run no copy (a pass over memory
+    less), and so does the in-place form on the CPU; each gives the bits of the same call on a contiguous copy
+    (tested against float64 in test_shapes_and_layouts). Rows shorter than 32 elements are copied, as the profiler
+    sees."""
     torch.manual_seed(fresh_seed())
     row = activations.OPS[name]
-    fused = torch.randn(16, 2 * 96, dtype=torch.float64, device=device) * 3
-    gate = fused[:, :96]
+    fused, dim = fused_inputs(device)[fused_input]
+    gate = fused.narrow(dim, 0, 96)
     leaf = fused.clone().requires_grad_()
-    x = leaf[:, :96]  # a view: its gradient is our backward's alone (the slice's own backward copies)
-    g = torch.randn(16, 96, dtype=torch.float64, device=device)
+    x = leaf.narrow(dim, 0, 96)  # a view: its gradient is our backward's alone (the slice's own backward copies)
+    g = torch.randn_like(gate)  # laid out as the output (and as torch lays out its gradient)
     results = {}
     y = row.function(x)
     assert copies_made(lambda: results.update(forward=row.function(gate))) == []
     assert copies_made(lambda: results.update(grad=torch.autograd.grad(y, x, g)[0])) == []
+    assert results["forward"].stride() == theirs(name)(gate).stride()
     contiguous = gate.contiguous().requires_grad_()
     torch.testing.assert_close(results["forward"], row.function(gate.contiguous()), rtol=0, atol=0)
     torch.testing.assert_close(results["grad"], torch.autograd.grad(row.function(contiguous), contiguous, g)[0],
@@ -758,20 +792,21 @@ def test_rows_are_walked_without_a_copy(name, device):
     if row.inplace:
         inplace = getattr(activations, name + "_")
         written = fused.clone()
-        copies = copies_made(lambda: inplace(written[:, :96]))
+        copies = copies_made(lambda: inplace(written.narrow(dim, 0, 96)))
         assert (copies == []) == (device == "cpu"), copies  # CUDA's in-place form copies such a tensor
-        torch.testing.assert_close(written[:, :96], results["forward"], rtol=0, atol=0)
-        torch.testing.assert_close(written[:, 96:], fused[:, 96:], rtol=0, atol=0)  # the other half untouched
+        torch.testing.assert_close(written.narrow(dim, 0, 96), results["forward"], rtol=0, atol=0)
+        torch.testing.assert_close(written.narrow(dim, 96, 96), fused.narrow(dim, 96, 96), rtol=0, atol=0)
         for width in (37, 96):  # 37: not whole mask bytes (the CPU's mask rows copy such rows)
             gradients = []
-            for source in (fused, fused[:, :width].contiguous()):  # rows, and the same values contiguous
+            for source in (fused, fused.narrow(dim, 0, width).contiguous()):  # rows, and the same values contiguous
                 leaf = source.clone().requires_grad_()
                 z = leaf * 1
-                inplace(z[:, :width])
-                gradients.append(torch.autograd.grad(z, leaf, torch.ones_like(z) * 2)[0][:, :width])
-                torch.testing.assert_close(z[:, :width], row.function(gate.contiguous()[:, :width]), rtol=0, atol=0)
+                inplace(z.narrow(dim, 0, width))
+                gradients.append(torch.autograd.grad(z, leaf, torch.ones_like(z) * 2)[0].narrow(dim, 0, width))
+                torch.testing.assert_close(z.narrow(dim, 0, width), row.function(gate.contiguous().narrow(dim, 0, width)),
+                                           rtol=0, atol=0)
             torch.testing.assert_close(gradients[0], gradients[1], rtol=0, atol=0)
-    assert copies_made(lambda: row.function(fused[:, :16])) != []  # short rows: copied
+    assert copies_made(lambda: row.function(fused.narrow(dim, 0, 16))) != []  # short rows: copied
 
 
 @requires_cuda

@@ -33,9 +33,11 @@
 #endif
 #include <torch/library.h>
 
+#include <algorithm>
 #include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "kernels.h"
 #include "layout.h"
@@ -71,8 +73,29 @@ void check_same(const Tensor& a, const Tensor& b, const char* op, const char* a_
 
 // The kernels walk memory linearly. A tensor that covers one dense block (contiguous, transposed,
 // channels_last, ...) is used as it is and its output gets the same strides, as torch does; anything else
-// (step slices, expanded dimensions) is copied to a contiguous tensor first, but rows (rows_of).
+// (step slices, expanded dimensions) is first viewed in its memory order (MemoryOrder) and then copied to a
+// contiguous tensor, but rows (rows_of).
 Tensor dense(const Tensor& t) { return t.is_non_overlapping_and_dense() ? t : t.contiguous(); }
+
+// A tensor neither dense nor row-major (a channel slice of a channels_last tensor, a slice of a transposed one) is
+// handed to the kernels with its dimensions permuted into memory order (memory_order in layout.h), where it is
+// row-major: its rows are walked in place or it is copied contiguously in that order, and the result, permuted
+// back, is laid out as torch's own result for that input. A mask's bits follow the same order (walked_strides in
+// autograd.cpp). For a dense or row-major tensor, nothing is permuted.
+struct MemoryOrder {
+  std::vector<int64_t> order, inverse;  // empty: nothing to permute
+
+  explicit MemoryOrder(const Tensor& t) {
+    if (t.is_non_overlapping_and_dense()) return;
+    std::vector<int64_t> found = memory_order(t);
+    if (std::is_sorted(found.begin(), found.end())) return;
+    inverse.resize(found.size());
+    for (size_t i = 0; i < found.size(); ++i) inverse[found[i]] = static_cast<int64_t>(i);
+    order = std::move(found);
+  }
+  Tensor into(const Tensor& t) const { return order.empty() ? t : t.permute(order); }
+  Tensor back(const Tensor& t) const { return order.empty() ? t : t.permute(inverse); }
+};
 
 // Rows shorter than this are copied to a contiguous tensor rather than walked row by row: on the CPU each row
 // costs a call of the loop. The forwards of ReLU and SiLU over halves of rows (x.chunk(2, -1), 2^21 elements, 2
@@ -194,29 +217,33 @@ void forward_into(const OpRow& row, const FunctorArgs& args, const Tensor& x, co
               y_rows);
 }
 
-// Out of place: the output has the input's strides when the input is dense (see dense()), else is contiguous.
+// Out of place: the output has the input's strides when the input is dense (see dense()), else those of a dense
+// tensor in the input's memory order (MemoryOrder).
 template <bool kCompute>
 std::pair<Tensor, Tensor> forward_out_of_place(const OpRow& row, const FunctorArgs& args, const Tensor& input,
                                                bool with_mask) {
   check_input(input, row.name, "input");
-  const std::optional<Rows> rows = rows_of(input, with_mask);
-  const Tensor x = rows ? input : dense(input);
+  const MemoryOrder order(input);
+  const Tensor ordered = order.into(input);
+  const std::optional<Rows> rows = rows_of(ordered, with_mask);
+  const Tensor x = rows ? ordered : dense(ordered);
   Tensor y = new_output(x, rows.has_value());
   Tensor mask = with_mask ? new_mask(x) : Tensor();
   if constexpr (kCompute) forward_into(row, args, x, y, mask, rows.value_or(Rows{}));
-  return {y, mask};
+  return {order.back(y), mask};
 }
 
-// In place; a tensor that is not a dense block is walked by rows (rows_of; on the CPU) or computed densely and copied
-// back.
-// The mask follows the memory order of x when x is dense, else the order of a contiguous tensor (the autograd layer
-// lays the gradient out in that order).
+// In place; a tensor that is not a dense block is walked, in its memory order (MemoryOrder), by rows (rows_of; on
+// the CPU) or computed densely and copied back. The mask follows that order (the autograd layer lays the gradient
+// out in it: walked_strides).
 template <bool kCompute>
-Tensor forward_in_place(const OpRow& row, const FunctorArgs& args, const Tensor& x, bool with_mask, const char* op) {
-  check_input(x, op, "input");
-  check_writable(x, op);
-  Tensor mask = with_mask ? new_mask(x) : Tensor();
+Tensor forward_in_place(const OpRow& row, const FunctorArgs& args, const Tensor& input, bool with_mask,
+                        const char* op) {
+  check_input(input, op, "input");
+  check_writable(input, op);
+  Tensor mask = with_mask ? new_mask(input) : Tensor();
   if constexpr (kCompute) {
+    const Tensor x = MemoryOrder(input).into(input);  // a view: writing it writes input
     if (x.is_non_overlapping_and_dense()) {
       forward_into(row, args, x, x, mask);
     } else if (const std::optional<Rows> rows = x.is_cpu() ? rows_of(x, with_mask) : std::nullopt) {
@@ -354,11 +381,13 @@ void forward_with_mask_inplace_kernel(const c10::OperatorHandle&, Stack* stack) 
   torch::jit::push(*stack, std::move(mask));
 }
 
-// The operands of backward and backward_: grad_output, the saved mask, input or output, and the saved tensor's
-// rows where the kernels walk it so (rows_of).
+// The operands of backward and backward_: grad_output, the saved mask, input or output, the saved tensor's
+// rows where the kernels walk it so (rows_of), and the memory order both are permuted into (MemoryOrder; the
+// result is permuted back).
 struct BackwardOperands {
   Tensor grad, saved;
   Rows saved_rows;
+  MemoryOrder order;
 };
 
 // The checks of backward and backward_ and the layout both kernels need: for a saved input or output, a dense
@@ -369,12 +398,17 @@ BackwardOperands backward_operands(const OpRow& row, const FunctorArgs& args, Sa
   check_backward_from(row, args, saves, op);
   if (saves == Saves::Mask) {
     check_mask(grad_output, saved, op);
-    return {grad_output, saved};
+    return {grad_output, saved, Rows{}, MemoryOrder(grad_output)};  // dense: nothing permuted
   }
   check_same(grad_output, saved, op, "grad_output", "the saved tensor");
-  if (const std::optional<Rows> rows = rows_of(saved, false)) return {grad_output.contiguous(), saved, *rows};
-  const Tensor s = dense(saved);
-  return {with_strides(grad_output, s.sym_strides()), s};
+  MemoryOrder order(saved);
+  const Tensor grad = order.into(grad_output);
+  const Tensor ordered = order.into(saved);
+  if (const std::optional<Rows> rows = rows_of(ordered, false)) {
+    return {grad.contiguous(), ordered, *rows, std::move(order)};
+  }
+  const Tensor s = dense(ordered);
+  return {with_strides(grad, s.sym_strides()), s, Rows{}, std::move(order)};
 }
 
 // backward(grad_output, saved, activation, args, saved_as) -> grad_input
@@ -382,12 +416,13 @@ template <bool kCompute>
 void backward_kernel(const c10::OperatorHandle&, Stack* stack) {
   const auto [row, args] = internal_row(torch::jit::peek(*stack, 2, 5), torch::jit::peek(*stack, 3, 5));
   const Saves saves = saves_from(torch::jit::peek(*stack, 4, 5).toStringRef());
-  const auto [grad, saved, saved_rows] = backward_operands(*row, args, saves, torch::jit::peek(*stack, 0, 5).toTensor(),
-                                                           torch::jit::peek(*stack, 1, 5).toTensor(), "backward");
+  const auto [grad, saved, saved_rows, order] = backward_operands(
+      *row, args, saves, torch::jit::peek(*stack, 0, 5).toTensor(), torch::jit::peek(*stack, 1, 5).toTensor(),
+      "backward");
   Tensor grad_input = new_output(grad);
   if constexpr (kCompute) backward_into(*row, args, saves, grad, saved, grad_input, "backward", saved_rows);
   torch::jit::drop(*stack, 5);
-  torch::jit::push(*stack, std::move(grad_input));
+  torch::jit::push(*stack, order.back(grad_input));
 }
 
 // backward_(grad_output!, saved, activation, args, saved_as) -> (), for a gradient that autograd hands over and
@@ -419,9 +454,10 @@ void double_backward_kernel(const c10::OperatorHandle&, Stack* stack) {
   check_backward_from(*row, args, saves, "double_backward");
   check_same(grad_grad, saved, "double_backward", "grad_grad", "the saved tensor");
   check_same(grad_output, saved, "double_backward", "grad_output", "the saved tensor");
-  const Tensor s = dense(saved);
-  const Tensor gg = with_strides(grad_grad, s.sym_strides());
-  const Tensor g = with_strides(grad_output, s.sym_strides());
+  const MemoryOrder order(saved);
+  const Tensor s = dense(order.into(saved));
+  const Tensor gg = with_strides(order.into(grad_grad), s.sym_strides());
+  const Tensor g = with_strides(order.into(grad_output), s.sym_strides());
   Tensor out = new_output(s);
   if constexpr (kCompute) {
     const int64_t n = s.numel();
@@ -438,7 +474,7 @@ void double_backward_kernel(const c10::OperatorHandle&, Stack* stack) {
     }
   }
   torch::jit::drop(*stack, 6);
-  torch::jit::push(*stack, std::move(out));
+  torch::jit::push(*stack, order.back(out));
 }
 
 // Checks, once at load, that every row's functor can do what the row says its backward saves.

@@ -119,10 +119,10 @@ bool beneath_vmap(Tensor x) {
   return true;
 }
 
-// The strides of the memory order the kernels walk for x (see dense() in activations.cpp; beneath a vmap every
-// sample is contiguous).
+// The strides of the memory order the kernels walk for x: x's own when it is dense, else those of a dense tensor
+// in x's memory order (MemoryOrder in activations.cpp); beneath a vmap every sample is contiguous.
 std::vector<c10::SymInt> walked_strides(const Tensor& x) {
-  if (x.is_non_overlapping_and_dense() && !beneath_vmap(x)) return x.sym_strides().vec();
+  if (!beneath_vmap(x)) return x.is_non_overlapping_and_dense() ? x.sym_strides().vec() : memory_order_strides(x);
   std::vector<c10::SymInt> strides(x.dim(), c10::SymInt(1));
   for (int64_t d = x.dim() - 2; d >= 0; --d) strides[d] = strides[d + 1] * x.sym_size(d + 1).max(1);
   return strides;

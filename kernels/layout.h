@@ -4,6 +4,10 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty_strided.h>
 
+#include <numeric>
+#include <utility>
+#include <vector>
+
 namespace activations {
 
 // `t` laid out densely with exactly these strides, copying only if it is not already.
@@ -15,6 +19,48 @@ inline at::Tensor with_strides(const at::Tensor& t, c10::SymIntArrayRef strides)
 // What elu_backward_ needs of its operands, which the out-of-place elu_backward arranges by copying.
 inline bool same_dense_layout(const at::Tensor& grad, const at::Tensor& saved) {
   return saved.is_non_overlapping_and_dense() && grad.sym_strides() == saved.sym_strides();
+}
+
+// The dimensions of t from the outermost in memory to the innermost, as torch orders them to lay out an elementwise
+// op's result (TensorIterator's reorder_dimensions, empty_like's infer_dense_strides): the larger stride outer; of
+// equal strides, the larger size outer; a dimension of stride 0 (expanded) keeps its place. For a contiguous tensor,
+// 0, 1, ..., dim - 1; for a channels_last one, N, H, W, C. Sizes may be symbolic (the comparisons then guard).
+inline std::vector<int64_t> memory_order(const at::Tensor& t) {
+  const int64_t dims = t.dim();
+  // Insertion sort, innermost first, moving a dimension inward only past one it must precede.
+  std::vector<int64_t> inner_first(dims);
+  for (int64_t i = 0; i < dims; ++i) inner_first[i] = dims - 1 - i;
+  auto outer_than = [&](int64_t a, int64_t b) {  // +1: a lies outside b; -1: inside; 0: either
+    const c10::SymInt& stride_a = t.sym_stride(a);
+    const c10::SymInt& stride_b = t.sym_stride(b);
+    if (stride_a == 0 || stride_b == 0) return 0;
+    if (stride_a != stride_b) return stride_a > stride_b ? 1 : -1;
+    return t.sym_size(a) > t.sym_size(b) ? 1 : 0;
+  };
+  for (int64_t i = 1; i < dims; ++i) {
+    for (int64_t inner = i - 1, moving = i; inner >= 0; --inner) {
+      const int comparison = outer_than(inner_first[inner], inner_first[moving]);
+      if (comparison < 0) break;
+      if (comparison > 0) {
+        std::swap(inner_first[inner], inner_first[moving]);
+        moving = inner;
+      }
+    }
+  }
+  return {inner_first.rbegin(), inner_first.rend()};
+}
+
+// The strides of a dense tensor of t's sizes whose dimensions lie in memory_order(t): those of torch's result of an
+// elementwise op on t.
+inline std::vector<c10::SymInt> memory_order_strides(const at::Tensor& t) {
+  std::vector<c10::SymInt> strides(t.dim(), c10::SymInt(1));
+  c10::SymInt stride = 1;
+  const std::vector<int64_t> order = memory_order(t);
+  for (auto d = order.rbegin(); d != order.rend(); ++d) {
+    strides[*d] = stride;
+    stride = stride * t.sym_size(*d).max(1);
+  }
+  return strides;
 }
 
 }  // namespace activations
