@@ -4,7 +4,6 @@
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty_strided.h>
 
-#include <numeric>
 #include <utility>
 #include <vector>
 
@@ -27,7 +26,9 @@ inline bool same_dense_layout(const at::Tensor& grad, const at::Tensor& saved) {
 // 0, 1, ..., dim - 1; for a channels_last one, N, H, W, C. Sizes may be symbolic (the comparisons then guard).
 inline std::vector<int64_t> memory_order(const at::Tensor& t) {
   const int64_t dims = t.dim();
-  // Insertion sort, innermost first, moving a dimension inward only past one it must precede.
+  // TensorIterator's insertion sort, innermost first from a contiguous tensor's order: each dimension moves inward
+  // past every one that must lie outside it, stops at one that must lie inside it, and looks past one that may lie
+  // on either side.
   std::vector<int64_t> inner_first(dims);
   for (int64_t i = 0; i < dims; ++i) inner_first[i] = dims - 1 - i;
   auto outer_than = [&](int64_t a, int64_t b) {  // +1: a lies outside b; -1: inside; 0: either
