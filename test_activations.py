@@ -750,6 +750,48 @@ def copies_made(run):
     return [event.name for event in profile.events() if event.name in copies]
 
 
+def layout_of(t):
+    """t's strides on its dimensions of more than one element: where its elements lie. (A dimension of size 1 may
+    have any stride, and torch's ops differ there: F.relu gives a contiguous input's result contiguous strides,
+    F.hardtanh, through empty_like, the input's.)"""
+    return [stride if size != 1 else None for size, stride in zip(t.shape, t.stride())]
+
+
+def random_strided(generator, device):
+    """A small tensor of a random layout: 1-4 dims (sizes of 1 among them), permuted, sliced with steps and offsets,
+    sometimes expanded along a dim of size 1."""
+    dims = int(torch.randint(1, 5, (), generator=generator))
+    sizes = torch.randint(1, 6, (dims,), generator=generator).tolist()
+    spread = torch.randint(1, 3, (dims,), generator=generator).tolist()
+    x = torch.randn([s * k for s, k in zip(sizes, spread)], generator=generator).to(device)
+    x = x.permute(torch.randperm(dims, generator=generator).tolist())
+    x = x[tuple(slice(int(torch.randint(0, max(size - 1, 1), (), generator=generator)), None,
+                      int(torch.randint(1, 3, (), generator=generator))) for size in x.shape)]
+    ones = [d for d, size in enumerate(x.shape) if size == 1]
+    if ones and torch.rand((), generator=generator) < 0.3:
+        x = x.expand([3 if d == ones[0] else size for d, size in enumerate(x.shape)])
+    return x
+
+
+@pytest.mark.parametrize("device", DEVICES)
+def test_results_take_torchs_strides_in_any_layout(device):
+    """Every op, and its gradient, on 200 tensors of random layouts (most neither dense nor row-major): the result
+    is laid out as torch's own (dense in the input's memory order, as TensorIterator lays it out; layout_of), its
+    values and gradient those of the float64 reference."""
+    seed = fresh_seed()
+    generator = torch.Generator().manual_seed(seed)
+    for trial in range(200):
+        x = random_strided(generator, device)
+        x_ = in_its_layout_requiring_grad(x)
+        for name in activations.OPS:
+            y = ours(name)(x_)
+            assert layout_of(y) == layout_of(theirs(name)(x)), (name, x.shape, x.stride(), y.stride(), seed)
+            if x.numel():
+                (g,) = torch.autograd.grad(y.sum(), x_)
+                check_values_and_gradient(name, x, y, g, torch.ones_like(x), x.dtype,
+                                          f"{name} on sizes {tuple(x.shape)}, strides {x.stride()}", seed)
+
+
 def fused_inputs(device):
     """name -> (a tensor of 192 features, the dimension that holds them): the gate-and-up projection of a gated MLP,
     whose halves x.chunk(2, -1) are rows, and a channels_last activation map, whose channel slices are rows in its

@@ -9,15 +9,26 @@
 
 namespace activations {
 
-// `t` laid out densely with exactly these strides, copying only if it is not already.
+// Whether t's strides are these on every dimension of more than one element (the stride of a dimension of size 1
+// moves no element: two dense tensors that differ only there hold their elements in the same order).
+inline bool has_strides(const at::Tensor& t, c10::SymIntArrayRef strides) {
+  for (int64_t d = 0; d < t.dim(); ++d) {
+    if (t.sym_size(d) != 1 && t.sym_stride(d) != strides[d]) return false;
+  }
+  return true;
+}
+
+// `t` laid out densely with these strides (or ones that differ only on dimensions of size 1), copying only if it is
+// not already.
 inline at::Tensor with_strides(const at::Tensor& t, c10::SymIntArrayRef strides) {
-  if (t.sym_strides() == strides && t.is_non_overlapping_and_dense()) return t;
+  if (t.is_non_overlapping_and_dense() && has_strides(t, strides)) return t;
   return at::empty_strided_symint(t.sym_sizes(), strides, t.options()).copy_(t);
 }
 
 // What elu_backward_ needs of its operands, which the out-of-place elu_backward arranges by copying.
 inline bool same_dense_layout(const at::Tensor& grad, const at::Tensor& saved) {
-  return saved.is_non_overlapping_and_dense() && grad.sym_strides() == saved.sym_strides();
+  return saved.is_non_overlapping_and_dense() && grad.is_non_overlapping_and_dense() &&
+         has_strides(grad, saved.sym_strides());
 }
 
 // The dimensions of t from the outermost in memory to the innermost, as torch orders them to lay out an elementwise
