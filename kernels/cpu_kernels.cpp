@@ -9,6 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#ifdef __linux__
+#include <sys/mman.h>
+#endif
 
 #include <algorithm>
 #include <type_traits>
@@ -457,10 +460,8 @@ typedef long long Bytes32 __attribute__((vector_size(32)));
 constexpr int64_t kStreamBlockBytes = 1024;
 constexpr int64_t kStreamingBytesPerThread = int64_t(16) << 20;
 
-// ACTIVATIONS_CPU_STREAMING_BYTES where it is a whole number of bytes (anything else is ignored), else the L3's
-// size or kStreamingBytesPerThread for each of torch's threads (at::get_num_threads(), asked at each call: the
-// user may change it), whichever is less.
-int64_t streaming_bytes() {
+// ACTIVATIONS_CPU_STREAMING_BYTES where it is a whole number of bytes (anything else is ignored), else -1.
+int64_t configured_streaming_bytes() {
   static const int64_t configured = [] {
     if (const char* text = getenv("ACTIVATIONS_CPU_STREAMING_BYTES")) {
       char* end = nullptr;
@@ -469,6 +470,13 @@ int64_t streaming_bytes() {
     }
     return int64_t(-1);
   }();
+  return configured;
+}
+
+// The threshold: configured_streaming_bytes() where set, else the L3's size or kStreamingBytesPerThread for each of
+// torch's threads (at::get_num_threads(), asked at each call: the user may change it), whichever is less.
+int64_t streaming_bytes() {
+  const int64_t configured = configured_streaming_bytes();
   static const int64_t l3_bytes = [] {
 #ifdef _SC_LEVEL3_CACHE_SIZE  // glibc's; elsewhere (macOS) the size is unknown
     const long cache = sysconf(_SC_LEVEL3_CACHE_SIZE);
@@ -519,10 +527,34 @@ void stream_blocks(int64_t begin, int64_t end, T* out, const Compute& compute) {
   __builtin_ia32_sfence();
 }
 
-// Whether an output of n elements of T at out streams: large enough, and aligned to its elements (torch's are).
+// Whether the page that holds the last byte of [out, out + bytes) is in memory. A block that glibc's malloc maps
+// afresh is not (by default every block of 32 MiB or more: such an output, each call): each page is faulted in at
+// its first store, and the kernel zeroes it through the cache, so that a streaming store then writes a line that the
+// cache holds dirty, and memory takes each line twice. The float64 ReLU and hardtanh forwards at 2^22 elements (32
+// MiB outputs), 2 threads, 2-core Zen 4, in a script with glibc's defaults (results/cpu-epyc-2026-12-07/
+// streaming_fresh_pages.log), torch/ours: streamed 0.76-0.84x, with this test (plain stores there) 0.98-1.04x; with
+// freed memory kept (bench.py's keep_freed_memory) streamed either way, 0.99-1.28x. (The first page is no test: malloc writes
+// the block's header there.) Where residency cannot be asked, as if it were in memory; where
+// ACTIVATIONS_CPU_STREAMING_BYTES sets the threshold, that alone decides (the tests stream every output so).
+bool in_memory(const void* out, int64_t bytes) {
+#ifdef __linux__
+  static const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
+  const uintptr_t last = reinterpret_cast<uintptr_t>(out) + uintptr_t(bytes) - 1;
+  unsigned char resident = 0;
+  if (mincore(reinterpret_cast<void*>(last & ~(page - 1)), 1, &resident) != 0) return true;
+  return (resident & 1) != 0;
+#else
+  return true;
+#endif
+}
+
+// Whether an output of n elements of T at out streams: large enough, aligned to its elements (torch's are), and in
+// memory already (in_memory) unless the threshold is set.
 template <class T>
 bool streams(int64_t n, const T* out) {
-  return n * int64_t(sizeof(T)) >= streaming_bytes() && reinterpret_cast<uintptr_t>(out) % sizeof(T) == 0;
+  const int64_t bytes = n * int64_t(sizeof(T));
+  return bytes >= streaming_bytes() && reinterpret_cast<uintptr_t>(out) % sizeof(T) == 0 &&
+         (configured_streaming_bytes() >= 0 || in_memory(out, bytes));
 }
 #else
 template <class T>
@@ -563,14 +595,23 @@ void for_row_pieces(int64_t length, int64_t first, int64_t count, const Piece& p
   }
 }
 
+// Whether streaming stores may write an output computed from these operands: only where every operand is dense. A
+// walk by rows lost with them: one thread, the float32 ReLU forward over 2048 x 2048 of 2048 x 4096 (a 16 MiB output,
+// which streams on one thread) read torch/ours 0.63-0.69x streamed and 0.92x with plain stores, while the dense
+// 2048 x 2048 read 1.07-1.24x streamed (results/cpu-epyc-2026-12-07/streaming_fresh_pages.log).
+template <class... Operands>
+bool all_dense(int64_t length, const Operands&... operands) {
+  return ((operands.stride == length) && ...);
+}
+
 // op over [0, n) on torch's CPU threads, in rows of `length` elements (n: dense); where kMayStream (the mask rows'
-// forwards), a dense output that streams() goes out by stream_blocks. The lambda captures by value, and cpu_loop
-// takes its values as arguments: captured references would have to be reloaded after every store through a byte
-// pointer.
+// forwards), a dense output of dense inputs that streams() goes out by stream_blocks. The lambda captures by value,
+// and cpu_loop takes its values as arguments: captured references would have to be reloaded after every store
+// through a byte pointer.
 template <bool kMayStream, class scalar_t, class Op, class... In>
 void cpu_elementwise(int64_t n, int64_t length, Op op, Operand<scalar_t> out, Operand<const In>... in) {
   const bool dense_out = out.stride == length;
-  const bool streamed = kMayStream && dense_out && streams(n, out.data);
+  const bool streamed = kMayStream && all_dense(length, out, in...) && streams(n, out.data);
   parallel(n, kCpuGrain, [=](int64_t begin, int64_t end) {
     // to: where out[first] goes when out is dense (out itself, or stream_blocks' buffer).
     const auto compute = [&](int64_t first, int64_t count, scalar_t* to) {
@@ -778,7 +819,7 @@ void cpu_forward(Functor functor, DType dtype, const double* args, const void* x
               cpu_forward_mask_loop(m, f, in.at(row, column), dense_out ? to + (i - first) : out.at(row, column),
                                     mask + i / 8);
             });
-          }, dense_out);
+          }, all_dense(length, out, in));
         }
       };
       if constexpr (std::is_same_v<scalar_t, c10::BFloat16> && SelectsConstants<F>::value) {
