@@ -707,7 +707,9 @@ def layouts(device):
         # channels_last tensor's channel slices: rows of 40 channels, walked in place, and of 4, copied; slices of
         # transposed tensors: rows of 40, of 10 with a dimension of size 1).
         "channels-last-slice": torch.randn(2, 96, 3, 3, device=device).to(memory_format=torch.channels_last)[:, 16:56],
-        "channels-last-short-slice": torch.randn(2, 8, 5, 7, device=device).to(memory_format=torch.channels_last)[:, :4],
+        "channels-last-short-slice": (
+            torch.randn(2, 8, 5, 7, device=device).to(memory_format=torch.channels_last)[:, :4]
+        ),
         "transposed-rows": torch.randn(5, 80, device=device)[:, 8:48].t(),
         "transposed-slice": base.transpose(0, 2)[:, 1:5].unsqueeze(1),
     }
@@ -845,8 +847,8 @@ def test_rows_are_walked_without_a_copy(name, fused_input, device):
                 z = leaf * 1
                 inplace(z.narrow(dim, 0, width))
                 gradients.append(torch.autograd.grad(z, leaf, torch.ones_like(z) * 2)[0].narrow(dim, 0, width))
-                torch.testing.assert_close(z.narrow(dim, 0, width), row.function(gate.contiguous().narrow(dim, 0, width)),
-                                           rtol=0, atol=0)
+                expected = row.function(gate.contiguous().narrow(dim, 0, width))
+                torch.testing.assert_close(z.narrow(dim, 0, width), expected, rtol=0, atol=0)
             torch.testing.assert_close(gradients[0], gradients[1], rtol=0, atol=0)
     assert copies_made(lambda: row.function(fused.narrow(dim, 0, 16))) != []  # short rows: copied
 

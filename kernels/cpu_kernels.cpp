@@ -529,13 +529,14 @@ void stream_blocks(int64_t begin, int64_t end, T* out, const Compute& compute) {
 
 // Whether the page that holds the last byte of [out, out + bytes) is in memory. A block that glibc's malloc maps
 // afresh is not (by default every block of 32 MiB or more: such an output, each call): each page is faulted in at
-// its first store, and the kernel zeroes it through the cache, so that a streaming store then writes a line that the
-// cache holds dirty, and memory takes each line twice. The float64 ReLU and hardtanh forwards at 2^22 elements (32
-// MiB outputs), 2 threads, 2-core Zen 4, in a script with glibc's defaults (results/cpu-epyc-2026-12-07/
-// streaming_fresh_pages.log), torch/ours: streamed 0.76-0.84x, with this test (plain stores there) 0.98-1.04x; with
-// freed memory kept (bench.py's keep_freed_memory) streamed either way, 0.99-1.28x. (The first page is no test: malloc writes
-// the block's header there.) Where residency cannot be asked, as if it were in memory; where
-// ACTIVATIONS_CPU_STREAMING_BYTES sets the threshold, that alone decides (the tests stream every output so).
+// its first store, and the kernel zeroes it through the cache, so that a streaming store then writes a line that
+// the cache holds dirty, and memory takes each line twice. The float64 ReLU and hardtanh forwards at 2^22 elements
+// (32 MiB outputs), 2 threads, 2-core Zen 4, in a script with glibc's defaults
+// (results/cpu-epyc-2026-12-07/streaming_fresh_pages.log), torch/ours: streamed 0.76-0.84x, with this test (plain
+// stores there) 0.98-1.04x; with freed memory kept (bench.py's keep_freed_memory) streamed either way, 0.99-1.28x.
+// (The first page is no test: malloc writes the block's header there.) Where residency cannot be asked, as if it
+// were in memory; where ACTIVATIONS_CPU_STREAMING_BYTES sets the threshold, that alone decides (the tests stream
+// every output so).
 bool in_memory(const void* out, int64_t bytes) {
 #ifdef __linux__
   static const uintptr_t page = uintptr_t(sysconf(_SC_PAGESIZE));
