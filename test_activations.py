@@ -782,7 +782,7 @@ def test_results_take_torchs_strides_in_any_layout(device):
     values and gradient those of the float64 reference."""
     seed = fresh_seed()
     generator = torch.Generator().manual_seed(seed)
-    for trial in range(200):
+    for _ in range(200):
         x = random_strided(generator, device)
         x_ = in_its_layout_requiring_grad(x)
         for name in activations.OPS:
