@@ -105,7 +105,7 @@ constexpr int64_t kMinRowLength = 32;
 
 // A tensor that is not one dense block but whose elements lie in rows (Rows in kernels.h) of at least
 // kMinRowLength elements: the kernels walk it where it lies in place of a contiguous copy (a pass over memory
-// less), and the op's output is contiguous, as dense()'s copy gave it. On the CPU, with a mask, rows of whole mask
+// less), and the op's output is contiguous, as dense()'s copy gave it (in the order MemoryOrder hands t over). On the CPU, with a mask, rows of whole mask
 // bytes (a multiple of 8 elements); on CUDA, out of place only (the caller's part) and fewer than 2^31 elements
 // (RowIndex's 32-bit division, cuda_kernels.cuh).
 std::optional<Rows> rows_of(const Tensor& t, bool with_mask) {

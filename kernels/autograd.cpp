@@ -122,10 +122,12 @@ bool beneath_vmap(Tensor x) {
 // The strides of the memory order the kernels walk for x: x's own when it is dense, else those of a dense tensor
 // in x's memory order (MemoryOrder in activations.cpp); beneath a vmap every sample is contiguous.
 std::vector<c10::SymInt> walked_strides(const Tensor& x) {
-  if (!beneath_vmap(x)) return x.is_non_overlapping_and_dense() ? x.sym_strides().vec() : memory_order_strides(x);
-  std::vector<c10::SymInt> strides(x.dim(), c10::SymInt(1));
-  for (int64_t d = x.dim() - 2; d >= 0; --d) strides[d] = strides[d + 1] * x.sym_size(d + 1).max(1);
-  return strides;
+  if (!beneath_vmap(x)) {
+    return x.is_non_overlapping_and_dense() ? x.sym_strides().vec() : dense_strides(x, memory_order(x));
+  }
+  std::vector<int64_t> contiguous(x.dim());
+  std::iota(contiguous.begin(), contiguous.end(), 0);
+  return dense_strides(x, contiguous);
 }
 
 // The mask holds the bits in the memory order `walked` describes (a dense layout): the gradient must be laid out

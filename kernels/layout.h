@@ -62,12 +62,11 @@ inline std::vector<int64_t> memory_order(const at::Tensor& t) {
   return {inner_first.rbegin(), inner_first.rend()};
 }
 
-// The strides of a dense tensor of t's sizes whose dimensions lie in memory_order(t): those of torch's result of an
-// elementwise op on t.
-inline std::vector<c10::SymInt> memory_order_strides(const at::Tensor& t) {
+// The strides of a dense tensor of t's sizes whose dimensions lie in `order`, outermost first (0, 1, ..., dim - 1:
+// contiguous).
+inline std::vector<c10::SymInt> dense_strides(const at::Tensor& t, const std::vector<int64_t>& order) {
   std::vector<c10::SymInt> strides(t.dim(), c10::SymInt(1));
   c10::SymInt stride = 1;
-  const std::vector<int64_t> order = memory_order(t);
   for (auto d = order.rbegin(); d != order.rend(); ++d) {
     strides[*d] = stride;
     stride = stride * t.sym_size(*d).max(1);
