@@ -11,7 +11,7 @@
     python bench.py --overhead                 # only the cost of one small call
     python bench.py --build 5                  # only the first (compiling) and a later import, 5 times each
     python bench.py --softmax                  # only softmax and log_softmax over the issue's row lengths
-    python bench.py --chunked                  # only the GLU activations on half of each row (x.chunk(2, -1))
+    python bench.py --chunked                  # only relu, silu, gelu on half of a tensor (gated MLPs, CNN maps)
     python bench.py --ops relu,gelu --dtypes bf16 --directions backward,step --sizes 2^20,2^24 --reps 50 --json out.json
 
 The rows come from activations.OPS, in its order, each op at its default parameters (torch's), plus gelu with
@@ -111,10 +111,12 @@ the CPU, of a copy of the cell's tensor bytes, as in the main table).
 Where Liger-Kernel is importable (`liger_kernel.ops.softmax`), softmax over the last dim gets a liger column too: its
 LigerSoftmaxFunction forward, and its backward through autograd.grad; the ratio printed is liger/ours.
 
---chunked times the activations of gated MLPs (relu, silu, gelu; --ops) on an input that is not one dense block:
-the first half of x.chunk(2, -1) of a contiguous x, as a fused gate-and-up projection hands it to SwiGLU, GeGLU
-or ReGLU (CHUNKED_SHAPE: rows x the half's length, 2^22 elements on the CPU), in float32 and bfloat16 (--dtypes),
-forward, backward and step, timed and checked as the main table's cells (its copy floor: the logical tensor's
+--chunked times relu, silu and gelu (--ops) on inputs that are half of a contiguous tensor, not one dense block
+(CHUNKED_SHAPES, 2^22 elements on the CPU, 2^28 on a GPU): "rows", the first half of x.chunk(2, -1), as a fused
+gate-and-up projection hands it to SwiGLU, GeGLU or ReGLU (rows x the half's length); "channels", the first half of
+x.chunk(2, 1) of a channels_last activation map, as a CNN that splits its channels hands it on (N x C x H x W, rows
+of C elements 2C apart). In float32 and bfloat16 (--dtypes), forward, backward (its gradient laid out as the
+forward's result) and step, timed and checked as the main table's cells (its copy floor: the logical tensor's
 bytes). Our kernels read such rows where they lie (torch's TensorIterator does too); a contiguous copy first, as
 they took before, costs a pass over memory.
 
@@ -646,11 +648,11 @@ def compiled(fn):
         return unavailable
 
 
-def run_cells(rows, dtypes, shapes, directions, device, reps, with_compile, floor=None, chunked=False):
+def run_cells(rows, dtypes, shapes, directions, device, reps, with_compile, floor=None, chunked=None):
     """Every cell, one progress line as each finishes; returns the records. With a CopyFloor (the main table), one
     copy round runs after each row and every cell's % of copy is set from its final floor at the end; without one
     (the sweep), cells are related to a copy of their own size and timed through CUDA graphs where run_cell says.
-    chunked: each input is the first half of x.chunk(2, -1) of a contiguous x whose last dim is twice the shape's."""
+    chunked: a layout of CHUNKED_SHAPES; each input is then chunked_input's, of the shape."""
     records = []
     total, done = len(rows) * len(dtypes) * len(shapes) * len(directions), 0
     largest_numel = max(map(math.prod, shapes))
@@ -661,19 +663,22 @@ def run_cells(rows, dtypes, shapes, directions, device, reps, with_compile, floo
                 if with_compile:
                     impls["compile"] = compiled(row.torch)
                 if chunked:
-                    x = torch.randn(*shape[:-1], 2 * shape[-1], device=device, dtype=dtype).chunk(2, -1)[0]
+                    x = chunked_input(chunked, shape, device, dtype)
                 else:
                     x = torch.randn(shape, device=device, dtype=dtype)
                 # The incoming gradient is uniform in [-1, 1): a backward's rounding error scales with |g|, so with
                 # |g| <= 1 the check's tolerance bounds the error of the derivative itself, as it bounds the
-                # forward's.
+                # forward's. It is laid out as the forward's result is (rand_like: dense, in x's memory order), as
+                # autograd hands it on.
                 g = None
                 if set(directions) != {"forward"}:
-                    g = torch.rand(x.shape, device=device, dtype=dtype).mul_(2).sub_(1)
+                    g = torch.rand_like(x).mul_(2).sub_(1)
                 for direction in directions:
                     record = {"kind": "chunked" if chunked else "cell", "op": row.name, "params": row.params,
                               "dtype": dtype_name(dtype), "direction": direction, "numel": x.numel(),
                               "shape": list(x.shape)}
+                    if chunked:
+                        record["layout"] = chunked
                     try:
                         if floor is not None:
                             record["copy_bytes"] = floor_bytes(device, x.numel(), x.element_size(), largest_numel)
@@ -1459,7 +1464,8 @@ def arguments(argv):
     parser.add_argument("--kernelbench", action="store_true", help="KernelBench's problems, timed as KernelBench does")
     parser.add_argument("--softmax", action="store_true", help="softmax and log_softmax over the issue's shapes")
     parser.add_argument("--chunked", action="store_true",
-                        help="relu, silu, gelu on half of each row of a tensor (x.chunk(2, -1), gated MLPs)")
+                        help="relu, silu, gelu on half of a tensor (x.chunk(2, -1) of gated MLPs, "
+                        "x.chunk(2, 1) of a channels_last map)")
     parser.add_argument(
         "--models",
         type=lambda t: parse_list(t, MODEL_MODES),
@@ -1564,26 +1570,44 @@ def run_table(args, rows, device, name, reps, sweep):
     return cells
 
 
-# --chunked: the activations of gated MLPs (SwiGLU, GeGLU, ReGLU) and the logical shape of their input, half of each
-# row of a contiguous tensor (x.chunk(2, -1)): rows x the half's length.
+# --chunked: the activations of gated MLPs (SwiGLU, GeGLU, ReGLU) and of CNNs on half of a contiguous tensor, and the
+# logical shape of that half in each layout: "rows", x.chunk(2, -1)[0] (rows x the half's length); "channels",
+# x.chunk(2, 1)[0] of a channels_last map (N x C x H x W: rows of C elements 2C apart in memory).
 CHUNKED_OPS = ("relu", "silu", "gelu")
-CHUNKED_SHAPE = {"cuda": (16384, 16384), "cpu": (2048, 2048)}
+CHUNKED_SHAPES = {"rows": {"cuda": (16384, 16384), "cpu": (2048, 2048)},
+                  "channels": {"cuda": (64, 256, 128, 128), "cpu": (16, 64, 64, 64)}}
+
+
+def chunked_input(layout, shape, device, dtype):
+    """The first half of a random tensor twice the shape's size along the split dim, in the layout's memory."""
+    if layout == "rows":
+        return torch.randn(*shape[:-1], 2 * shape[-1], device=device, dtype=dtype).chunk(2, -1)[0]
+    n, c, h, w = shape
+    whole = torch.randn(n, 2 * c, h, w, device=device, dtype=dtype).contiguous(memory_format=torch.channels_last)
+    return whole.chunk(2, 1)[0]
 
 
 def run_chunked(args, device, name, reps):
-    """--chunked: the gated MLPs' activations on half of each row (see the module docstring); prints the cells,
-    returns their records."""
+    """--chunked: relu, silu and gelu on half of a tensor in each layout of CHUNKED_SHAPES (see the module
+    docstring); prints a table a layout, returns the cells' records."""
     rows = table_rows(args.ops or CHUNKED_OPS)
     dtypes = [DTYPES[d] for d in args.dtypes or ["float32", "bfloat16"]]
-    shape = CHUNKED_SHAPE[device.type]
-    sizes = [floor_bytes(device, math.prod(shape), dtype.itemsize, math.prod(shape)) for dtype in dtypes]
+    numels = {math.prod(shapes[device.type]) for shapes in CHUNKED_SHAPES.values()}
+    sizes = [floor_bytes(device, numel, dtype.itemsize, max(numels)) for dtype in dtypes for numel in numels]
     floor = CopyFloor(sizes, device, reps)
     floor.measure()
     print(f"copy floor: {floor.describe()}", flush=True)
-    cells = run_cells(rows, dtypes, [shape], args.directions or list(DIRECTIONS), device, reps, False, floor,
-                      chunked=True)
-    print_cells(cells, f"Chunked input on {name}: the first half of x.chunk(2, -1), {shape[0]} x {shape[1]} elements "
-                f"of a {shape[0]} x {2 * shape[1]} tensor, {reps} samples")
+    cells = []
+    for layout, shapes in CHUNKED_SHAPES.items():
+        shape = shapes[device.type]
+        layout_cells = run_cells(rows, dtypes, [shape], args.directions or list(DIRECTIONS), device, reps, False,
+                                 floor, chunked=layout)
+        split = "x.chunk(2, -1)" if layout == "rows" else "x.chunk(2, 1) of a channels_last x"
+        whole = list(shape)
+        whole[-1 if layout == "rows" else 1] *= 2
+        print_cells(layout_cells, f"Chunked input on {name}: the first half of {split}, "
+                    f"{' x '.join(map(str, shape))} elements of a {' x '.join(map(str, whole))} tensor, {reps} samples")
+        cells += layout_cells
     return cells
 
 

@@ -1882,9 +1882,9 @@ def test_bench_copy_floor_is_one_per_run_on_the_gpu_and_per_tensor_bytes_on_the_
         assert cell["ours_pct_copy"] == pytest.approx(100 * cell["ours_gbps"] / floor["gbps"])
 
 
-def test_bench_chunked_times_half_rows(tmp_path):
-    """bench.py --chunked: the GLU activations on the first half of x.chunk(2, -1), checked against torch's and
-    timed as the main table's cells, into --json as kind "chunked"."""
+def test_bench_chunked_times_half_tensors(tmp_path):
+    """bench.py --chunked: the GLU activations on the first half of x.chunk(2, -1) and of x.chunk(2, 1) of a
+    channels_last x, checked against torch's and timed as the main table's cells, into --json as kind "chunked"."""
     import bench
 
     out = tmp_path / "chunked.json"
@@ -1892,12 +1892,19 @@ def test_bench_chunked_times_half_rows(tmp_path):
                "bfloat16", "--directions", "forward,step", "--reps", "2", "--json", str(out)]
     done = subprocess.run(command, cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
-    assert "Chunked input on" in done.stdout
+    assert done.stdout.count("Chunked input on") == 2
     cells = [r for r in json.loads(out.read_text()) if r.get("kind") == "chunked"]
-    assert [(r["op"], r["direction"]) for r in cells] == [  # silu: torch's, and KernelBench's x * sigmoid(x)
-        (op, direction) for op in ("relu", "silu", "swish (x*sigmoid(x))") for direction in ("forward", "step")]
+    assert [(r["layout"], r["op"], r["direction"]) for r in cells] == [  # silu: torch's, and x * sigmoid(x)
+        (layout, op, direction) for layout in ("rows", "channels")
+        for op in ("relu", "silu", "swish (x*sigmoid(x))") for direction in ("forward", "step")]
     for cell in cells:
-        assert cell["shape"] == list(bench.CHUNKED_SHAPE["cpu"]) and cell["speedup"] > 0 and "error" not in cell
+        assert cell["shape"] == list(bench.CHUNKED_SHAPES[cell["layout"]]["cpu"])
+        assert cell["speedup"] > 0 and "error" not in cell
+    # The inputs are the halves the layouts name, not one dense block.
+    rows = bench.chunked_input("rows", (4, 6), "cpu", torch.float32)
+    assert rows.shape == (4, 6) and rows.stride() == (12, 1)
+    channels = bench.chunked_input("channels", (2, 3, 4, 5), "cpu", torch.float32)
+    assert channels.shape == (2, 3, 4, 5) and channels.stride() == (120, 1, 30, 6)
 
 
 @pytest.mark.parametrize("problem", PROBLEMS)
