@@ -584,17 +584,18 @@ Operand<T> operand(T* data, const Rows& rows, int64_t length) {
   return {data, rows.length > 0 ? rows.stride : length};
 }
 
-// Prefetching short rows. A loop over a row of a few cache lines, rows apart in memory (a channels_last map's
-// channel half: rows of 64 elements 128 apart), loads its lines at strides that change within the row (64 bytes,
-// then the gap to the next row), which the processor's stride prefetcher does not follow: the walk then waits on
-// memory at each row. So a walk by rows prefetches, in each operand that is not dense, the lines of the row
-// kPrefetchAheadBytes ahead (in bytes of rows; at least one row) of the one it maps, where rows are at most
-// kPrefetchRowBytes long: longer ones the stream prefetchers follow, and prefetching rows of 8 KiB too made the
-// float32 ReLU forward over them slower. One thread on Zen 4, ns an element without and with the prefetch, three
-// rounds in turn (results/cpu-epyc-2026-12-07/rows_prefetch_sweep.log): the bfloat16 SiLU forward over rows of 64
-// 1.35-1.48 -> 0.39-0.48 (over rows of 2048, not prefetched, 0.40-0.47 either way); the float32 SiLU backward and
-// GELU forward over rows of 32 2.13-2.17 -> 0.72-0.81 and 2.54-2.58 -> 0.61-0.62; over rows of 128-1024 elements
-// 0.45-1.0x the time.
+// Prefetching short rows. A loop over a row of a few cache lines, rows apart in memory (a channels_last map's channel
+// half: rows of 64 elements 128 apart), loads its lines at strides that change within the row (64 bytes, then the gap
+// to the next row), which the processor's stride prefetcher evidently does not follow: the walk waits on memory at each
+// row (perf puts most of the loop's samples on the first use of the input's load; bfloat16 rows of 32, one iteration of
+// the loop each and so each load at one stride, ran 3x faster than rows of 64). So a walk by rows prefetches, in each
+// operand that is not dense, the lines of the row kPrefetchAheadBytes ahead (in bytes of rows; at least one row) of the
+// one it maps, where rows are at most kPrefetchRowBytes long: longer ones the stream prefetchers follow, and
+// prefetching rows of 8 KiB too made the float32 ReLU forward over them slower. One thread on Zen 4, ns an element
+// without and with the prefetch, three rounds in turn (results/cpu-epyc-2026-12-07/rows_prefetch_sweep.log): the
+// bfloat16 SiLU forward over rows of 64 1.35-1.48 -> 0.39-0.48 (over rows of 2048, not prefetched, 0.40-0.47 either
+// way); the float32 SiLU backward and GELU forward over rows of 32 2.13-2.17 -> 0.72-0.81 and 2.54-2.58 -> 0.61-0.62;
+// over rows of 128-1024 elements 0.45-1.0x the time.
 constexpr int64_t kPrefetchAheadBytes = 4096;
 constexpr int64_t kPrefetchRowBytes = 2048;
 
