@@ -112,7 +112,7 @@ Where Liger-Kernel is importable (`liger_kernel.ops.softmax`), softmax over the 
 LigerSoftmaxFunction forward, and its backward through autograd.grad; the ratio printed is liger/ours.
 
 --chunked times relu, silu and gelu (--ops) on inputs that are half of a contiguous tensor, not one dense block
-(CHUNKED_SHAPES, 2^22 elements on the CPU, 2^28 on a GPU): "rows", the first half of x.chunk(2, -1), as a fused
+(CHUNKED_LAYOUTS, 2^22 elements on the CPU, 2^28 on a GPU): "rows", the first half of x.chunk(2, -1), as a fused
 gate-and-up projection hands it to SwiGLU, GeGLU or ReGLU (rows x the half's length); "channels", the first half of
 x.chunk(2, 1) of a channels_last activation map, as a CNN that splits its channels hands it on (N x C x H x W, rows
 of C elements 2C apart). In float32 and bfloat16 (--dtypes), forward, backward (its gradient laid out as the
@@ -652,7 +652,7 @@ def run_cells(rows, dtypes, shapes, directions, device, reps, with_compile, floo
     """Every cell, one progress line as each finishes; returns the records. With a CopyFloor (the main table), one
     copy round runs after each row and every cell's % of copy is set from its final floor at the end; without one
     (the sweep), cells are related to a copy of their own size and timed through CUDA graphs where run_cell says.
-    chunked: a layout of CHUNKED_SHAPES; each input is then chunked_input's, of the shape."""
+    chunked: a name of CHUNKED_LAYOUTS; each input is then chunked_input's, of the shape."""
     records = []
     total, done = len(rows) * len(dtypes) * len(shapes) * len(directions), 0
     largest_numel = max(map(math.prod, shapes))
@@ -663,7 +663,7 @@ def run_cells(rows, dtypes, shapes, directions, device, reps, with_compile, floo
                 if with_compile:
                     impls["compile"] = compiled(row.torch)
                 if chunked:
-                    x = chunked_input(chunked, shape, device, dtype)
+                    x = chunked_input(CHUNKED_LAYOUTS[chunked], shape, device, dtype)
                 else:
                     x = torch.randn(shape, device=device, dtype=dtype)
                 # The incoming gradient is uniform in [-1, 1): a backward's rounding error scales with |g|, so with
@@ -1570,42 +1570,57 @@ def run_table(args, rows, device, name, reps, sweep):
     return cells
 
 
-# --chunked: the activations of gated MLPs (SwiGLU, GeGLU, ReGLU) and of CNNs on half of a contiguous tensor, and the
-# logical shape of that half in each layout: "rows", x.chunk(2, -1)[0] (rows x the half's length); "channels",
-# x.chunk(2, 1)[0] of a channels_last map (N x C x H x W: rows of C elements 2C apart in memory).
+# --chunked: the activations of gated MLPs (SwiGLU, GeGLU, ReGLU) and of CNNs on the first half of x.chunk(2, dim) of
+# a whole tensor x.
+@dataclasses.dataclass(frozen=True)
+class ChunkedLayout:
+    dim: int  # the dim that x.chunk(2, dim) splits
+    memory_format: torch.memory_format  # the whole tensor's
+    shapes: dict  # the half's shape by device type
+    text: str  # how the tables name it
+
+
 CHUNKED_OPS = ("relu", "silu", "gelu")
-CHUNKED_SHAPES = {"rows": {"cuda": (16384, 16384), "cpu": (2048, 2048)},
-                  "channels": {"cuda": (64, 256, 128, 128), "cpu": (16, 64, 64, 64)}}
+CHUNKED_LAYOUTS = {
+    # rows x the half's length: the gate half of a fused gate-and-up projection
+    "rows": ChunkedLayout(-1, torch.contiguous_format, {"cuda": (16384, 16384), "cpu": (2048, 2048)},
+                          "x.chunk(2, -1)"),
+    # N x C x H x W of a channels_last map: rows of C elements 2C apart in memory
+    "channels": ChunkedLayout(1, torch.channels_last, {"cuda": (64, 256, 128, 128), "cpu": (16, 64, 64, 64)},
+                              "x.chunk(2, 1) of a channels_last x"),
+}
+
+
+def chunked_whole_shape(layout, shape):
+    """The shape of the tensor whose first half along layout.dim has the given shape."""
+    whole = list(shape)
+    whole[layout.dim] *= 2
+    return whole
 
 
 def chunked_input(layout, shape, device, dtype):
-    """The first half of a random tensor twice the shape's size along the split dim, in the layout's memory."""
-    if layout == "rows":
-        return torch.randn(*shape[:-1], 2 * shape[-1], device=device, dtype=dtype).chunk(2, -1)[0]
-    n, c, h, w = shape
-    whole = torch.randn(n, 2 * c, h, w, device=device, dtype=dtype).contiguous(memory_format=torch.channels_last)
-    return whole.chunk(2, 1)[0]
+    """The first half of x.chunk(2, layout.dim) of a random x in the layout's memory format."""
+    whole = torch.randn(chunked_whole_shape(layout, shape), device=device, dtype=dtype)
+    return whole.contiguous(memory_format=layout.memory_format).chunk(2, layout.dim)[0]
 
 
 def run_chunked(args, device, name, reps):
-    """--chunked: relu, silu and gelu on half of a tensor in each layout of CHUNKED_SHAPES (see the module
-    docstring); prints a table a layout, returns the cells' records."""
+    """--chunked: relu, silu and gelu on half of a tensor in each of CHUNKED_LAYOUTS (see the module docstring);
+    prints a table a layout, returns the cells' records."""
     rows = table_rows(args.ops or CHUNKED_OPS)
     dtypes = [DTYPES[d] for d in args.dtypes or ["float32", "bfloat16"]]
-    numels = {math.prod(shapes[device.type]) for shapes in CHUNKED_SHAPES.values()}
+    numels = {math.prod(layout.shapes[device.type]) for layout in CHUNKED_LAYOUTS.values()}
     sizes = [floor_bytes(device, numel, dtype.itemsize, max(numels)) for dtype in dtypes for numel in numels]
     floor = CopyFloor(sizes, device, reps)
     floor.measure()
     print(f"copy floor: {floor.describe()}", flush=True)
     cells = []
-    for layout, shapes in CHUNKED_SHAPES.items():
-        shape = shapes[device.type]
+    for layout_name, layout in CHUNKED_LAYOUTS.items():
+        shape = layout.shapes[device.type]
         layout_cells = run_cells(rows, dtypes, [shape], args.directions or list(DIRECTIONS), device, reps, False,
-                                 floor, chunked=layout)
-        split = "x.chunk(2, -1)" if layout == "rows" else "x.chunk(2, 1) of a channels_last x"
-        whole = list(shape)
-        whole[-1 if layout == "rows" else 1] *= 2
-        print_cells(layout_cells, f"Chunked input on {name}: the first half of {split}, "
+                                 floor, chunked=layout_name)
+        whole = chunked_whole_shape(layout, shape)
+        print_cells(layout_cells, f"Chunked input on {name}: the first half of {layout.text}, "
                     f"{' x '.join(map(str, shape))} elements of a {' x '.join(map(str, whole))} tensor, {reps} samples")
         cells += layout_cells
     return cells

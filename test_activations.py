@@ -1898,12 +1898,12 @@ def test_bench_chunked_times_half_tensors(tmp_path):
         (layout, op, direction) for layout in ("rows", "channels")
         for op in ("relu", "silu", "swish (x*sigmoid(x))") for direction in ("forward", "step")]
     for cell in cells:
-        assert cell["shape"] == list(bench.CHUNKED_SHAPES[cell["layout"]]["cpu"])
+        assert cell["shape"] == list(bench.CHUNKED_LAYOUTS[cell["layout"]].shapes["cpu"])
         assert cell["speedup"] > 0 and "error" not in cell
     # The inputs are the halves the layouts name, not one dense block.
-    rows = bench.chunked_input("rows", (4, 6), "cpu", torch.float32)
+    rows = bench.chunked_input(bench.CHUNKED_LAYOUTS["rows"], (4, 6), "cpu", torch.float32)
     assert rows.shape == (4, 6) and rows.stride() == (12, 1)
-    channels = bench.chunked_input("channels", (2, 3, 4, 5), "cpu", torch.float32)
+    channels = bench.chunked_input(bench.CHUNKED_LAYOUTS["channels"], (2, 3, 4, 5), "cpu", torch.float32)
     assert channels.shape == (2, 3, 4, 5) and channels.stride() == (120, 1, 30, 6)
 
 
