@@ -100,14 +100,16 @@ struct MemoryOrder {
 // Rows shorter than this are copied to a contiguous tensor rather than walked row by row: on the CPU each row
 // costs a call of the loop. The forwards of ReLU and SiLU over halves of rows (x.chunk(2, -1), 2^21 elements, 2
 // threads, 2-core Zen 4; results/cpu-epyc-2026-12-07/rows_length.log): float32 rows of 32 and 64 took 0.22-0.23 and
-// 0.16 ms walked against 0.33-0.40 copied (ReLU); rows of 16 walked cost the bfloat16 forwards 12-26 %.
+// 0.16 ms walked against 0.33-0.40 copied (ReLU); rows of 16 walked cost the bfloat16 forwards 12-26 %. With short
+// rows prefetched (cpu_kernels.cpp), walking rows of 8-24 still lost in bfloat16 and in the steps with a mask
+// (rows_shorter_than_32.log).
 constexpr int64_t kMinRowLength = 32;
 
 // A tensor that is not one dense block but whose elements lie in rows (Rows in kernels.h) of at least
 // kMinRowLength elements: the kernels walk it where it lies in place of a contiguous copy (a pass over memory
-// less), and the op's output is contiguous, as dense()'s copy gave it (in the order MemoryOrder hands t over). On the CPU, with a mask, rows of whole mask
-// bytes (a multiple of 8 elements); on CUDA, out of place only (the caller's part) and fewer than 2^31 elements
-// (RowIndex's 32-bit division, cuda_kernels.cuh).
+// less), and the op's output is contiguous, as dense()'s copy gave it (in the order MemoryOrder hands t over). On
+// the CPU, with a mask, rows of whole mask bytes (a multiple of 8 elements); on CUDA, out of place only (the
+// caller's part) and fewer than 2^31 elements (RowIndex's 32-bit division, cuda_kernels.cuh).
 std::optional<Rows> rows_of(const Tensor& t, bool with_mask) {
   if (!(t.is_cpu() || t.is_cuda()) || t.is_non_overlapping_and_dense()) return std::nullopt;
   // The dense row: the innermost dimensions that continue one another (size 1 continues anything).
