@@ -1044,6 +1044,60 @@ def test_third_derivative_is_refused_not_wrong(name):
         torch.autograd.grad(h.sum(), x)
 
 
+def layouts_of_incoming_gradients(t):
+    """t's values in the layouts a gradient reaching a backward may have: contiguous, the dimensions' order
+    reversed, channels-last, every other element of a larger tensor, expanded (the gradient of a sum)."""
+    reversed_order = t.permute(*reversed(range(t.dim()))).contiguous().permute(*reversed(range(t.dim())))
+    every_other = torch.empty(*t.shape[:-1], 2 * t.shape[-1], dtype=t.dtype, device=t.device)[..., ::2]
+    every_other.copy_(t)
+    return {
+        "contiguous": t.contiguous(),
+        "reversed": reversed_order,
+        "channels_last": t.contiguous(memory_format=torch.channels_last),
+        "every_other": every_other,
+        "expanded": t.flatten()[:1].expand(t.shape),
+    }
+
+
+def in_layout_of(example, t):
+    """A differentiable copy of t with example's strides (dense or not)."""
+    return torch.empty_strided(t.shape, example.stride(), dtype=t.dtype, device=t.device).copy_(t)
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", MASK_OPS)
+def test_mask_backward_differentiated_with_gradients_in_any_layout(name, device):
+    """The mask's bits follow the forward's memory order; the backward's own derivatives (with respect to the
+    incoming gradient, in reverse and forward mode) read gradients laid out otherwise, or not dense at all, in that
+    order too: torch's values for inputs and gradients in every pairing of layouts, in place or not."""
+    shape = (2, 3, 4, 5)
+    values = smooth_input(device, shape)
+    grad_output_values = torch.randn(shape, dtype=torch.float64, device=device)
+    second_values = torch.randn(shape, dtype=torch.float64, device=device)
+    for x_layout, x_base in layouts_of_incoming_gradients(values).items():
+        if x_layout == "expanded":
+            continue  # no input of a mask op is expanded here: its values would not cover both sides of the kinks
+        for go_layout, grad_output in layouts_of_incoming_gradients(grad_output_values).items():
+            for second_layout, second in layouts_of_incoming_gradients(second_values).items():
+                results = []
+                # torch's hardsigmoid_backward has no derivative: its composite relu6(x + 3) / 6 stands for it.
+                reference_fn = (lambda t: F.relu6(t + 3) / 6) if name == "hardsigmoid" else theirs(name)
+                for fn in (ours(name), reference_fn, lambda t: ours_inplace(name)(in_layout_of(x_base, t))):
+                    x = x_base.detach().clone(memory_format=torch.preserve_format).requires_grad_()
+                    go = grad_output.detach().clone(memory_format=torch.preserve_format).requires_grad_()
+                    (gx,) = torch.autograd.grad(fn(x), x, go, create_graph=True)
+                    (reverse,) = torch.autograd.grad(gx, go, second)
+                    with torch.autograd.forward_ad.dual_level():
+                        dual = torch.autograd.forward_ad.make_dual(go.detach(), second)
+                        (gx,) = torch.autograd.grad(fn(x), x, dual, create_graph=True)
+                        forward = torch.autograd.forward_ad.unpack_dual(gx).tangent
+                    results.append((reverse, forward))
+                for ours_result in (results[0], results[2]):
+                    for a, b in zip(ours_result, results[1]):
+                        torch.testing.assert_close(a, b, msg=lambda m: f"x {x_layout}, grad_output {go_layout}, "
+                                                   f"its gradient {second_layout}: {m}")
+
+
 @pytest.mark.parametrize("name", MASK_OPS)
 def test_piecewise_linear_ops_have_every_derivative(name):
     x = smooth_input("cpu", (6,)).requires_grad_()

@@ -222,11 +222,15 @@ struct ActivationBackward : autograd::Node {
   }
 };
 
-// The backward of `backward` (grad_output and saved's gradients).
+// The backward of `backward` (grad_output and saved's gradients). grad_output's gradient is the backward applied
+// to the incoming gradient, which for a mask is first laid out in the mask's order, as grad_output was (`walked`):
+// a gradient in another layout (or not dense: the gradient of a sum) read in its own memory order would meet
+// other elements' bits.
 struct BackwardBackward : autograd::Node {
   Activation activation;
   autograd::SavedVariable grad_output;  // only where saved's gradient is needed
   autograd::SavedVariable saved;
+  std::vector<c10::SymInt> walked;  // a mask's memory order
 
   std::string name() const override { return std::string("activations::") + activation.row->name + "_backward_backward"; }
   void release_variables() override {
@@ -238,7 +242,11 @@ struct BackwardBackward : autograd::Node {
     if (!grad.defined()) return {Tensor(), Tensor()};
     const Tensor s = saved.unpack();
     autograd::variable_list result(2);
-    if (task_should_compute_output(0)) result[0] = activation.backward(grad, s);
+    if (task_should_compute_output(0)) {
+      result[0] = activation.saves == Saves::Mask
+                      ? in_mask_order(grad, walked, [&](const Tensor& g) { return activation.backward(g, s); })
+                      : activation.backward(grad, s);
+    }
     if (task_should_compute_output(1)) result[1] = activation.double_backward(grad, grad_output.unpack(), s);
     return result;
   }
@@ -465,10 +473,16 @@ void backward_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet keys, 
     node->activation = activation;
     node->saved = autograd::SavedVariable(saved, /*is_output=*/false);
     if (saved_needs) node->grad_output = autograd::SavedVariable(grad, /*is_output=*/false);
+    if (!differentiable_saved) node->walked = walked_strides(grad);  // the mask's order: grad_output's
   }
   if (grad_tangent || saved_tangent) {
     Tensor t;
-    if (grad_tangent) t = activation.backward(tangent(grad), primal(saved));
+    if (grad_tangent && !differentiable_saved) {
+      const auto backward = [&](const Tensor& g) { return activation.backward(g, saved); };
+      t = in_mask_order(tangent(grad), walked_strides(grad), backward);
+    } else if (grad_tangent) {
+      t = activation.backward(tangent(grad), primal(saved));
+    }
     if (saved_tangent) {
       Tensor u = activation.double_backward(tangent(saved), primal(grad), primal(saved));
       t = t.defined() ? at::add(t, u) : u;
