@@ -1138,17 +1138,24 @@ def swap_activations(model):
     """Replace every torch.nn activation module inside `model` that the op tables have (ReLU, LeakyReLU, ELU, SELU,
     Sigmoid, Tanh, SiLU, GELU, Hardsigmoid, Softplus, Softsign, Hardtanh, ReLU6, Mish; Softmax, LogSoftmax) in place
     with ours, keeping its arguments (alpha, inplace, ...) and the training flag. Returns [(qualified name, the module it replaced)].
+    A module held in several places (one GELU used twice in a Sequential, or under two names) is replaced by one
+    module of ours in every place, so the places still share it; each place is listed.
     Subclasses of torch's modules (ours included) are left alone, and so is `model` itself when it is one of them
     (there is no parent to put ours in); hooks registered on a replaced module do not carry over."""
-    replaced = []
-    for parent_name, parent in list(model.named_modules()):
-        for child_name, child in list(parent.named_children()):
-            swap = _SWAPS.get(type(child))
-            if swap is not None:
-                ours, arguments = swap
-                setattr(parent, child_name, ours(**{a: getattr(child, a) for a in arguments}).train(child.training))
-                replaced.append((f"{parent_name}.{child_name}" if parent_name else child_name, child))
-    return replaced
+    # Every place first (named_modules and named_children list a shared module once), then the replacements.
+    places = [
+        (f"{parent_name}.{child_name}" if parent_name else child_name, parent, child_name, child)
+        for parent_name, parent in model.named_modules(remove_duplicate=False)
+        for child_name, child in parent._modules.items()
+        if child is not None and type(child) in _SWAPS
+    ]
+    replacements = {}  # id of a module of torch's -> ours
+    for qualified_name, parent, child_name, child in places:
+        if id(child) not in replacements:
+            ours, arguments = _SWAPS[type(child)]
+            replacements[id(child)] = ours(**{a: getattr(child, a) for a in arguments}).train(child.training)
+        setattr(parent, child_name, replacements[id(child)])
+    return [(qualified_name, child) for qualified_name, _, _, child in places]
 
 
 # ---------------------------------------------------------------------------------------------------------------

@@ -2766,6 +2766,22 @@ def test_swap_activations_keeps_outputs_and_gradients(device):
         assert activations.swap_activations(model) == []  # ours are not swapped again
 
 
+def test_swap_activations_replaces_a_shared_module_everywhere_and_keeps_it_shared():
+    """One module of torch's held in several places (twice in a Sequential, under two names, in a block that is
+    itself shared) becomes one module of ours in every place, each place listed."""
+    act, block_act = torch.nn.GELU(approximate="tanh"), torch.nn.ReLU()
+    block = torch.nn.Sequential(torch.nn.Linear(4, 4), block_act)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 4), act, torch.nn.Linear(4, 4), act, block, block)
+    model.gate = act
+    replaced = activations.swap_activations(model)
+    assert sorted(name for name, _ in replaced) == ["1", "3", "4.1", "5.1", "gate"]
+    assert all(old is act for name, old in replaced if name in ("1", "3", "gate"))
+    assert model[1] is model[3] is model.gate and type(model[1]) is activations.GELU
+    assert model[1].approximate == "tanh"
+    assert model[4] is model[5] and type(model[4][1]) is activations.ReLU
+    assert activations.swap_activations(model) == []
+
+
 def test_whole_model_saved_with_torch_save_loads_with_our_modules(tmp_path):
     """torch.save of a whole model (not its state dict) pickles our modules by reference to this module: torch.load
     (weights_only=False) gives the same classes and parameters, and the same outputs. Our functions pickle by
