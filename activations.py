@@ -1022,9 +1022,12 @@ swish = silu  # the name KernelBench (problem 25) and others use
 
 def _implicit_softmax_dim(x: torch.Tensor) -> int:
     """torch's legacy choice of dim when none is given (torch.nn.functional._get_softmax_dim), with its warning.
-    Written so that TorchScript compiles it (the modules below call it)."""
-    warnings.warn("Implicit dimension choice for softmax has been deprecated. Change the call to include dim=X as an "
-                  "argument.", stacklevel=3)
+    Written so that TorchScript compiles it (the modules below call it). Not the warning under dynamo, which cannot
+    trace warnings.warn and would refuse torch.compile(fullgraph=True) of a model with Softmax() (torch's F.softmax
+    goes into the graph whole)."""
+    if not torch.compiler.is_dynamo_compiling():
+        warnings.warn("Implicit dimension choice for softmax has been deprecated. Change the call to include dim=X as "
+                      "an argument.", stacklevel=3)
     return 0 if x.dim() == 0 or x.dim() == 1 or x.dim() == 3 else 1
 
 

@@ -1851,7 +1851,12 @@ def test_softmax_opcheck_compile_and_export(name, device):
     (ours_grad,) = torch.autograd.grad(compiled(x).square().sum(), x)
     (torch_grad,) = torch.autograd.grad((theirs(x, -1) * 2).square().sum(), x)
     torch.testing.assert_close(ours_grad, torch_grad)
-    model = torch.nn.Sequential(torch.nn.Linear(8, 8), getattr(activations, activations.REDUCTIONS[name].torch_module.__name__)(dim=1)).to(device)
+    # torch's legacy implicit dim (dim=None), in a function and a module, compiles whole as torch's does.
+    module = getattr(activations, activations.REDUCTIONS[name].torch_module.__name__)
+    torch._dynamo.reset()
+    for implicit in (lambda t: getattr(activations, name)(t), module()):
+        torch.testing.assert_close(torch.compile(implicit, fullgraph=True)(x), theirs(x, 1))
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), module(dim=1)).to(device)
     exported = torch.export.export(model, (torch.randn(3, 8, device=device),))
     assert f"activations.{name}.default" in {str(node.target) for node in exported.graph.nodes}
     meta = ours(torch.empty(3, 4, 5, device="meta"), 1)
