@@ -857,7 +857,8 @@ _compiler = torch.compiler
 # - an input that is not a tensor, or a parameter of another type than the schema's (a list for a number, None for
 #   a string), where the operator's schema raises a RuntimeError and torch's function the TypeError that code
 #   written for torch catches.
-# The try costs nothing until the operator raises (from Python 3.11 on; a few ns before).
+# The try costs nothing until the operator raises (from Python 3.11 on; a few ns before). Traced (with
+# FUSE_UNDER_COMPILE False), where a call cannot be tried, _operator_takes picks torch's function beforehand.
 _KERNEL_DTYPES = frozenset((torch.float32, torch.float64, torch.float16, torch.bfloat16))
 _REFUSALS = (TypeError, RuntimeError, NotImplementedError)  # what the operators raise for what they lack
 
@@ -882,7 +883,9 @@ def {name}(input{signature}{inplace_parameter}):
 {inplace_branch}    if type(input) is not _Tensor and _is_dtensor(input):
         return _on_dtensor({name}, input{call})
     if _compiling() or _compiler._is_exporting_flag:
-        return _torch_functions[{name!r}](input{call}) if FUSE_UNDER_COMPILE else _ops.{name}.default(input{call})
+        if FUSE_UNDER_COMPILE or not _operator_takes({name!r}, input{values}):
+            return _torch_functions[{name!r}](input{call})
+        return _ops.{name}.default(input{call})
     try:
         return _ops_raw[{name!r}](input{call})
     except _REFUSALS:
@@ -897,7 +900,10 @@ def {name}_(input{signature}):
     if type(input) is not _Tensor and _is_dtensor(input):
         return input.copy_(_on_dtensor({name}, input{call}))
     if _compiling() or _compiler._is_exporting_flag:
-        (_torch_functions[{name!r} + "_"] if FUSE_UNDER_COMPILE else _ops.{name}_.default)(input{call})
+        if FUSE_UNDER_COMPILE or not _operator_takes({name!r}, input{values}):
+            _torch_functions[{name!r} + "_"](input{call})
+        else:
+            _ops.{name}_.default(input{call})
         return input
     try:
         _ops_raw[{name!r} + "_"](input{call})

@@ -2313,6 +2313,13 @@ def test_torch_compile_graph_holds_torch_functions_or_ours(fuse_under_compile, d
     else:
         assert ours == {*activations.OPS, "relu_", "hardtanh_", "sigmoid_", "tanh_", "leaky_relu_", "relu6_",
                         "log_softmax"}, targets
+    # What the kernels lack goes to torch's function compiled too, as in eager: integers, complex numbers.
+    integers, complex_numbers = torch.arange(-3, 4, device=device), torch.randn(4, dtype=torch.cfloat, device=device)
+    for ours_fn, torch_fn, t in ((activations.relu, torch.relu, integers), (activations.relu_, torch.relu_, integers),
+                                 (activations.hardtanh, F.hardtanh, integers),
+                                 (activations.sigmoid, torch.sigmoid, complex_numbers)):
+        torch._dynamo.reset()
+        assert torch.equal(torch.compile(lambda u: ours_fn(u.clone()), fullgraph=True)(t), torch_fn(t.clone()))
 
 
 @requires_cuda
