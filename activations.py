@@ -798,6 +798,9 @@ def _cli_arguments(argv):
 # Run as a script, the command line is read before the build below, so `build --cuda-arch` compiles only
 # what it asks for.
 _CLI = _cli_arguments(sys.argv[1:]) if globals().get("__name__") == "__main__" else None
+if _CLI is not None and _CLI.command == "kernelbench" and _EMBEDDED_SOURCES is not None:
+    sys.exit(f"activations: {sys.argv[0]} is a generated KernelBench file; generate others with "
+             "`python activations.py kernelbench NAME` beside kernels/")
 if _CLI is not None and _CLI.command == "build":
     if _CLI.cuda_arch:
         os.environ["ACTIVATIONS_CUDA_ARCH"] = _CLI.cuda_arch
@@ -1272,8 +1275,12 @@ def main(args):
             print(f"activations: no CUDA kernels: {BUILD['no_cuda_reason']}")
         return 0
     output = args.output or f"kernelbench_{args.problem}.py"
-    with open(output, "w", encoding="utf-8") as f:
-        f.write(kernelbench_source(args.problem))
+    source = kernelbench_source(args.problem)  # before the file is opened: no empty file where this fails
+    try:
+        with open(output, "w", encoding="utf-8") as f:
+            f.write(source)
+    except OSError as error:
+        sys.exit(f"activations: cannot write {output}: {error.strerror or error}")
     print(f"activations: wrote {output}")
     return 0
 

@@ -2012,6 +2012,14 @@ def test_generated_kernelbench_files_run_in_a_fresh_namespace(tmp_path):
                             env={**os.environ, "PYTHONPATH": str(tmp_path)})
     assert result.returncode == 0 and "ok" in result.stdout, result.stderr[-3000:]
     assert not (tmp_path / "kernels").exists()
+    # A generated file cannot generate others, and an output that cannot be written: one line each, no file left.
+    for command, message in (([str(tmp_path / "kb_relu.py"), "kernelbench", "gelu", "-o", "again.py"],
+                              "is a generated KernelBench file"),
+                             ([os.path.join(HERE, "activations.py"), "kernelbench", "gelu", "-o",
+                               str(tmp_path / "missing" / "kb.py")], "cannot write")):
+        result = subprocess.run([sys.executable, *command], cwd=tmp_path, capture_output=True, text=True)
+        assert result.returncode == 1 and message in result.stderr and "Traceback" not in result.stderr, result.stderr
+    assert not (tmp_path / "again.py").exists()
 
 
 # ---------------------------------------------------------------------------------------------------------------
