@@ -809,6 +809,13 @@ if _CLI is not None and _CLI.command == "build":
     if _CLI.cpu_only:
         os.environ["ACTIVATIONS_CPU_ONLY"] = "1"
 
+# The CPU kernels read ACTIVATIONS_CPU_STREAMING_BYTES themselves (strtoll) and ignore what is not a whole number of
+# bytes; a typo there would leave the default threshold without a word.
+_streaming_bytes = os.environ.get("ACTIVATIONS_CPU_STREAMING_BYTES")
+if _streaming_bytes is not None and not re.fullmatch(r"\s*\+?[0-9]+", _streaming_bytes):
+    warnings.warn(f"activations: ACTIVATIONS_CPU_STREAMING_BYTES={_streaming_bytes!r} is not a whole number of bytes;"
+                  " it is ignored (the default threshold applies)")
+
 _LOADS_OPERATORS = _loaded_namespace() is None  # else another copy of this module (a generated file) did
 if _LOADS_OPERATORS:
     BUILD = load()

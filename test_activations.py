@@ -3290,6 +3290,15 @@ def test_streamed_outputs_match_plain_ones(tmp_path):
         assert torch.equal(got.contiguous().view(as_bits), expected.contiguous().view(as_bits)), (key, seed)
 
 
+def test_a_streaming_threshold_that_is_no_number_is_named_at_import():
+    for threshold, warned in (("16MiB", True), ("-1", True), (" +4096", False), ("0", False)):
+        env = {**os.environ, "ACTIVATIONS_CPU_STREAMING_BYTES": threshold}
+        result = subprocess.run([sys.executable, "-c", "import activations"], cwd=HERE, env=env, capture_output=True,
+                                text=True)
+        assert result.returncode == 0, result.stderr[-3000:]
+        assert ("is not a whole number of bytes" in result.stderr) == warned, (threshold, result.stderr[-3000:])
+
+
 needs_cpu_disassembly = pytest.mark.skipif(
     "-DACTIVATIONS_CPU_AVX2" not in activations.cpu_flags() or shutil.which("objdump") is None
     or "ops" not in activations.BUILD["libraries"],
