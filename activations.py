@@ -39,6 +39,7 @@ import os
 import platform
 import re
 import shutil
+import stat
 import sys
 import tempfile
 import time
@@ -535,32 +536,63 @@ def build_spec(plan, part, sources=None):
 
 
 def cache_root():
+    """Where builds are looked for: ACTIVATIONS_CACHE_DIR, else $XDG_CACHE_HOME/activations or
+    ~/.cache/activations; without a home directory (HOME unset for a user with no passwd entry, where `~` stays
+    `~`), the temporary folder's fallback (_fallback_cache_root)."""
     configured = os.environ.get("ACTIVATIONS_CACHE_DIR")
     if configured:
         return os.path.abspath(os.path.expanduser(configured))
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    if not os.path.isabs(base):  # a relative base would put the cache below whatever the working directory is
+        return _fallback_cache_root()
     return os.path.join(base, NAMESPACE)
 
 
+def _fallback_cache_root():
+    """A folder of this user's in the temporary folder. Its name is predictable, so it must be this user's own and
+    writable by nobody else: a library planted there would be loaded."""
+    fallback = os.path.join(tempfile.gettempdir(), f"{NAMESPACE}-cache-{os.getuid()}")
+    os.makedirs(fallback, mode=0o700, exist_ok=True)
+    info = os.lstat(fallback)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.getuid() or info.st_mode & 0o022:
+        raise RuntimeError(f"activations: {fallback} is not a directory of this user's that only it can write; "
+                           "set ACTIVATIONS_CACHE_DIR to a directory of your own")
+    return fallback
+
+
+# Characters that ninja's build files cannot hold in a path (torch's writer escapes spaces only).
+_NINJA_UNSAFE = (":", "$", "\n")
+
+
 def _writable_cache_root():
+    """The cache folder to build into: cache_root() where it can be written, else (unless ACTIVATIONS_CACHE_DIR
+    names it) the temporary folder's fallback, with a warning."""
     root = cache_root()
     try:
         os.makedirs(root, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=root):
             pass
-        return root
     except OSError as error:
         if os.environ.get("ACTIVATIONS_CACHE_DIR"):
             raise RuntimeError(
-                f"activations: the cache directory {root} (ACTIVATIONS_CACHE_DIR) is not writable: {error}"
+                f"activations: the cache directory {root} (ACTIVATIONS_CACHE_DIR) is not writable "
+                f"({error.strerror or error}): set ACTIVATIONS_CACHE_DIR to a writable directory, or unset it"
             ) from error
-        fallback = os.path.join(tempfile.gettempdir(), f"{NAMESPACE}-cache-{os.getuid()}")
-        warnings.warn(
-            f"activations: cache directory {root} is not writable ({error.strerror}); building in {fallback}. "
-            "Set ACTIVATIONS_CACHE_DIR to choose another."
-        )
-        os.makedirs(fallback, exist_ok=True)
-        return fallback
+        root, reason = _fallback_cache_root(), error.strerror or str(error)
+        warnings.warn(f"activations: cache directory {cache_root()} is not writable ({reason}); building in {root}. "
+                      "Set ACTIVATIONS_CACHE_DIR to choose another.")
+        try:
+            with tempfile.NamedTemporaryFile(dir=root):
+                pass
+        except OSError as fallback_error:
+            raise RuntimeError(f"activations: the cache directory {root} is not writable either "
+                               f"({fallback_error.strerror or fallback_error}): set ACTIVATIONS_CACHE_DIR to a "
+                               "writable directory") from fallback_error
+    unsafe = [c for c in _NINJA_UNSAFE if c in root]
+    if unsafe:
+        raise RuntimeError(f"activations: the cache directory {root} holds {unsafe[0]!r}, which ninja's build files "
+                           "cannot hold: set ACTIVATIONS_CACHE_DIR to a path without ':' or '$'")
+    return root
 
 
 def _library_path(root, name):
@@ -587,15 +619,25 @@ def _cached_library(root, name):
 
 @contextlib.contextmanager
 def _build_lock(root, name):
-    """One build per cache entry across processes: the others wait, then load what it published."""
+    """One build per cache entry across processes: the others wait, then load what it published. The lock file is
+    opened for reading (flock needs no more), so another user's, in a cache shared with them, serves as well."""
     import fcntl
 
-    with open(os.path.join(root, f"{name}.lock"), "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    path = os.path.join(root, f"{name}.lock")
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
+    except OSError as error:
+        raise RuntimeError(f"activations: cannot open the build lock {path} ({error.strerror or error}): set "
+                           "ACTIVATIONS_CACHE_DIR to a directory of your own") from error
+    try:
         try:
-            yield
-        finally:
-            fcntl.flock(lock, fcntl.LOCK_UN)
+            fcntl.flock(descriptor, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            print(f"activations: waiting for another process's build of {name} (lock: {path})", file=sys.stderr)
+            fcntl.flock(descriptor, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(descriptor)  # releases the lock
 
 
 @contextlib.contextmanager
@@ -632,8 +674,16 @@ def _compile(spec, cpp_extension, root):
     """Compile one library into a private folder (its units side by side, through ninja), then publish it into the
     cache by renames. Returns its path. torch.utils.cpp_extension.load has loaded it into this process already."""
     name = spec["name"]
-    for stale in glob.glob(os.path.join(root, f"{name}.build-*")):  # left by a killed build
+    compiler = (os.environ.get("CXX", "").split() or ["c++"])[0]  # what torch.utils.cpp_extension runs
+    if shutil.which(compiler) is None:
+        raise BuildError(f"activations: no C++ compiler: {compiler!r} (the CXX variable, else c++) is not on PATH; "
+                         "install g++ or clang++, or set CXX to one", spec)
+    # Left by a killed build (the lock is ours: no other process builds or publishes this entry now).
+    for stale in glob.glob(os.path.join(root, f"{name}.build-*")):
         shutil.rmtree(stale, ignore_errors=True)
+    for stale in glob.glob(_library_path(root, name) + ".*tmp*"):
+        with contextlib.suppress(OSError):
+            os.remove(stale)
     build_dir = tempfile.mkdtemp(prefix=f"{name}.build-", dir=root)
     try:
         try:
@@ -668,15 +718,22 @@ def _compile(spec, cpp_extension, root):
             raise BuildError(f"activations: building {name} failed (log: {log}):\n{error}", spec) from error
         _LOADED.add(name)
         built = os.path.join(build_dir, f"{name}.so")
-        final_dir = os.path.join(root, name)
-        os.makedirs(final_dir, exist_ok=True)
         library = _library_path(root, name)
         staged = library + f".tmp-{os.getpid()}"
-        shutil.copyfile(built, staged)
-        os.replace(staged, library)
-        with open(library + ".sha256.tmp", "w") as f:
-            f.write(_checksum(library))
-        os.replace(library + ".sha256.tmp", library + ".sha256")
+        try:
+            os.makedirs(os.path.dirname(library), exist_ok=True)
+            shutil.copyfile(built, staged)
+            os.replace(staged, library)
+            with open(library + ".sha256.tmp", "w") as f:
+                f.write(_checksum(library))
+            os.replace(library + ".sha256.tmp", library + ".sha256")
+        except OSError as error:  # a full disk, say: this process has the library loaded and goes on without a cache
+            for partial in (staged, library + ".sha256.tmp"):
+                with contextlib.suppress(OSError):
+                    os.remove(partial)
+            warnings.warn(f"activations: the build of {name} could not be saved in {root} ({error.strerror or error});"
+                          " this process uses it, the next import compiles again")
+            return built
         return library
     finally:
         shutil.rmtree(build_dir, ignore_errors=True)
@@ -711,12 +768,13 @@ def _load_cached(root, spec):
 def _build_or_load(plan, sources):
     """Load every library of LIBRARIES for plan from the cache, compiling those that are not there yet. Returns
     ({part: path}, [the parts compiled])."""
-    root = _writable_cache_root()
     specs = [build_spec(plan, part, sources) for part in LIBRARIES]
-    libraries = {spec["part"]: _load_cached(root, spec) for spec in specs}
+    # A complete build loads from a cache that cannot be written (one shared read-only, say).
+    libraries = {spec["part"]: _load_cached(cache_root(), spec) for spec in specs}
     missing = [spec for spec in specs if libraries[spec["part"]] is None]
     if not missing:
         return libraries, []
+    root = _writable_cache_root()
     with contextlib.ExitStack() as locks:
         # One build per cache entry across processes: take every lock needed, in name order (so that two processes
         # never wait on each other), and build what is still missing once they are ours.

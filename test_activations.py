@@ -3209,6 +3209,81 @@ def test_unwritable_cache_directory(tmp_path):
     assert result.stdout.startswith(tempfile.gettempdir())
 
 
+def test_a_complete_build_loads_from_a_cache_that_cannot_be_written(monkeypatch):
+    """A cache shared read-only (a complete build in it) is used as it is: no writable folder is asked for."""
+    def refuse():
+        raise AssertionError("a writable cache was asked for where a complete build is cached")
+
+    monkeypatch.setattr(activations, "_writable_cache_root", refuse)
+    plan = {key: activations.BUILD[key] for key in activations.build_plan()}
+    libraries, compiled = activations._build_or_load(plan, activations.kernel_sources())
+    assert compiled == [] and libraries == activations.BUILD["libraries"]
+
+
+def test_the_temporary_fallback_must_be_the_users_own(tmp_path, monkeypatch):
+    """The fallback folder's name is predictable: one that others can write (where a library could be planted) is
+    refused; without a home directory (`~` unexpanded) the cache goes there, not below the working directory."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    monkeypatch.delenv("ACTIVATIONS_CACHE_DIR", raising=False)
+    monkeypatch.delenv("XDG_CACHE_HOME", raising=False)
+    monkeypatch.setattr(os.path, "expanduser", lambda path: path)
+    fallback = tmp_path / f"activations-cache-{os.getuid()}"
+    assert activations.cache_root() == str(fallback) and fallback.stat().st_mode & 0o777 == 0o700
+    fallback.chmod(0o777)
+    with pytest.raises(RuntimeError, match="only it can write"):
+        activations.cache_root()
+
+
+def test_build_lock_says_when_it_waits(tmp_path, capfd):
+    import threading
+
+    order = []
+    with activations._build_lock(str(tmp_path), "entry"):
+        def second():
+            with activations._build_lock(str(tmp_path), "entry"):
+                order.append("second")
+
+        thread = threading.Thread(target=second)
+        thread.start()
+        thread.join(timeout=2)
+        order.append("first")
+    thread.join(timeout=60)
+    assert order == ["first", "second"]
+    assert "waiting for another process's build of entry" in capfd.readouterr().err
+
+
+def test_cache_paths_ninja_cannot_hold_and_a_missing_compiler_are_named(tmp_path):
+    copy_project(tmp_path)
+    result = run_python("import activations", tmp_path, tmp_path / "cache:1", ACTIVATIONS_CPU_ONLY="1")
+    assert result.returncode != 0 and "which ninja's build files cannot hold" in result.stderr, result.stderr[-3000:]
+    # A complete build there loads: only a build needs ninja.
+    complete = cache_with_this_build(tmp_path)
+    check = "import activations, torch; assert activations.relu(torch.tensor([-2.0])).item() == 0"
+    assert run_python(check, tmp_path, complete.rename(tmp_path / "cache:2")).returncode == 0
+    result = run_python("import activations", tmp_path, tmp_path / "cache3", ACTIVATIONS_CPU_ONLY="1",
+                        CXX=str(tmp_path / "no-such-compiler"))
+    assert result.returncode != 0 and "no C++ compiler" in result.stderr, result.stderr[-3000:]
+
+
+def test_a_build_that_cannot_be_saved_is_used_and_leaves_nothing(tmp_path):
+    """Where publishing the library into the cache fails (a full disk), the process goes on with the library it
+    built, warns, and leaves no partial file; the next import builds again."""
+    copy_project(tmp_path)
+    cache = tmp_path / "cache"
+    code = textwrap.dedent("""
+        import errno, shutil, torch
+        def full(*args, **kwargs):
+            raise OSError(errno.ENOSPC, "No space left on device")
+        shutil.copyfile = full
+        import activations
+        assert activations.relu(torch.tensor([-2.0, 3.0])).tolist() == [0.0, 3.0]
+    """)
+    result = run_python(code, tmp_path, cache, ACTIVATIONS_CPU_ONLY="1")
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "could not be saved" in result.stderr and "No space left on device" in result.stderr, result.stderr[-3000:]
+    assert [path.name for path in cache.rglob("*") if path.is_file() and not path.name.endswith((".lock", ".log"))] == []
+
+
 def test_failing_nvcc_falls_back_to_cpu_and_says_where_the_log_is(tmp_path):
     copy_project(tmp_path)
     toolkit = tmp_path / "fake-cuda"
