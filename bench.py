@@ -1,4 +1,4 @@
-"""Benchmark our activation kernels (activations.py) against torch's own, on the GPU.
+"""Benchmark our activation kernels (activations.py) against torch's own, on the GPU (without one, on the CPU).
 
     python bench.py                            # the main run (below)
     python bench.py --no-compile               # the same without the torch.compile column
@@ -70,7 +70,7 @@ min, and reference/ours of the means and of the medians. Beside them, the same f
 times it (back-to-back calls, no flush, under no_grad), so a difference between the two methods shows. On the CPU
 the input is 64 x 2^16 and times are wall clock.
 
---vmap times torch.func.vmap(f) over a 64 x 2^16 float32 input for every op, ours against vmap of torch's
+--vmap times torch.func.vmap(f) over a 64 x 2^16 float32 input (64 x 2^12 on the CPU) for every op, ours against vmap of torch's
 function (medians of CUDA-event samples, short calls batched as above, in alternating rounds, the best of them),
 and prints ours/torch (target: within 1.2x). One call of vmap(ours) first runs with warnings turned into errors
 (warnings.simplefilter("error")) and with file descriptor 2 captured: functorch's "performance drop ... batching
@@ -1442,7 +1442,18 @@ def parse_list(text, choices, aliases=None):
     unknown = [item for item in items if item not in choices]
     if unknown:
         raise argparse.ArgumentTypeError(f"unknown {', '.join(unknown)}; choose from {', '.join(choices)}")
+    if not items:  # an empty list would select nothing (and read as no selection at all)
+        raise argparse.ArgumentTypeError(f"an empty list; choose from {', '.join(choices)}")
     return items
+
+
+def check_output_path(parser, option, path):
+    """A path the run will write: refused at the start, not after the run, when it cannot be written."""
+    folder = os.path.dirname(os.path.abspath(path))
+    if os.path.isdir(path):
+        parser.error(f"{option} {path}: is a directory")
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        parser.error(f"{option} {path}: cannot write into {folder}")
 
 
 def parse_sizes(text):
@@ -1513,6 +1524,15 @@ def arguments(argv):
         parser.error("--build RUNS must be at least 1")
     if args.plot and importlib.util.find_spec("matplotlib") is None:
         parser.error("--plot needs matplotlib, which is not installed")
+    for option in ("json", "plot"):
+        if getattr(args, option):
+            check_output_path(parser, f"--{option}", getattr(args, option))
+    # Selections that leave a section named on the command line with nothing to time.
+    if args.softmax and args.directions and not {"forward", "backward"} & set(args.directions):
+        parser.error("--softmax times forward and backward; --directions names neither")
+    model_ops = {name for names in MODEL_ACTIVATIONS.values() for name in names}
+    if args.models is not None and args.ops and not model_ops & set(args.ops):
+        parser.error(f"--models has no model with {', '.join(args.ops)}; its activations: {', '.join(sorted(model_ops))}")
     args.sweep = args.sweep or bool(args.plot)
     return args
 
@@ -1811,7 +1831,16 @@ def main(argv=None):
     device = torch.device("cuda", torch.cuda.current_device()) if on_gpu else torch.device("cpu")
     if on_gpu and activations.BUILD.get("cuda") is False:
         sys.exit(f"bench.py: our CUDA kernels were not built: {activations.BUILD['no_cuda_reason']}")
-    name = torch.cuda.get_device_name(device) if on_gpu else f"CPU ({platform.machine()})"
+    if args.sizes:  # a size no table could hold fails at the start with a line, not in the floor's allocation
+        memory = (torch.cuda.mem_get_info(device)[1] if on_gpu
+                  else os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES"))
+        itemsize = min(DTYPES[d].itemsize for d in args.dtypes or ["bfloat16"])
+        if 2 * max(args.sizes) * itemsize > memory:
+            sys.exit(f"bench.py: --sizes {fmt_size(max(args.sizes))}: an input and an output of that many elements "
+                     f"take {2 * max(args.sizes) * itemsize / 2**30:.0f} GiB, more than the "
+                     f"{memory / 2**30:.0f} GiB here")
+    processor = activations._cpu_info("model name") or platform.processor() or "unknown processor"
+    name = torch.cuda.get_device_name(device) if on_gpu else f"CPU ({processor}, {platform.machine()})"
     print(f"device: {name}; torch {torch.__version__}; {torch.get_num_threads()} CPU threads", flush=True)
     if not on_gpu:
         print(f"No CUDA GPU here: benchmarking on the CPU ({fmt_size(CPU_NUMEL)} elements unless --sizes says).")

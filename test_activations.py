@@ -1900,6 +1900,22 @@ def test_bench_kernelbench_section_selects_the_problems_of_the_ops_named():
     assert bench.kernelbench_problems(None) == list(activations.PROBLEMS)
 
 
+def test_bench_refuses_at_the_start_what_it_could_not_run_or_write(tmp_path, capsys):
+    """Empty lists, selections that leave a named section nothing to time, and an output path that cannot be
+    written: argparse's one-line error before any work, not a traceback (or an empty table) after it."""
+    import bench
+
+    for argv, message in ((["--ops", ""], "an empty list"), (["--dtypes", ","], "an empty list"),
+                          (["--softmax", "--directions", "step"], "names neither"),
+                          (["--models", "--ops", "softsign"], "no model with softsign"),
+                          (["--json", str(tmp_path / "missing" / "out.json")], "cannot write into"),
+                          (["--json", str(tmp_path)], "is a directory")):
+        with pytest.raises(SystemExit) as caught:
+            bench.arguments(argv)
+        assert caught.value.code == 2 and message in capsys.readouterr().err, argv
+    assert not (tmp_path / "missing").exists()
+
+
 def test_bench_names_how_a_cell_differs_from_torch():
     """A cell whose result differs from torch's prints one line (bench.error_text keeps an error's first): it says
     how many elements differ and where the greatest difference is, not only that some do."""
