@@ -1,6 +1,11 @@
 """Which CUDA-graph capture patterns work, for torch's ops and ours (debugging aid for the graph test)."""
+import os
+import sys
+
 import torch
-import activations
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import activations  # noqa: E402
 
 
 def capture(fn, seed_inside, eager_first=False):

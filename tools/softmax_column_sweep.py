@@ -7,6 +7,7 @@ with % of the floor at 3.0 TB/s (read once and written once; the backward reads 
     SHAPES="16x16384x1024 8x300x131072" PLANS="columns,1 columns,16 tiles,32" python tools/softmax_column_sweep.py
 """
 
+import argparse
 import os
 import sys
 
@@ -27,6 +28,9 @@ def default_shapes(total=1 << 28):
 
 
 def main():
+    argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter).parse_args()
+    if not torch.cuda.is_available():
+        sys.exit("softmax_column_sweep.py times CUDA paths: it needs a CUDA GPU")
     text = os.environ.get("SHAPES")
     shapes = [tuple(int(v) for v in s.split("x")) for s in text.split()] if text else default_shapes()
     plans = os.environ.get("PLANS", "columns,1 columns,16 tiles,64 tiles,128 tiles,256").split()

@@ -10,6 +10,7 @@ columns a tile; plan_columns). A path that does not fit the shape falls back to 
     python tools/softmax_plans.py 1024,1024,1024:1 bfloat16 softmax backward default columns tiles,16 tiles,32
 """
 
+import argparse
 import os
 import statistics
 import sys
@@ -32,11 +33,28 @@ def time_ms(fn, reps=15):
     return statistics.median(start.elapsed_time(end) for start, end in events)
 
 
+def arguments():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("shape", help="e.g. 4096,393216 (the last dim), or 1024,1024,1024:1 (over dim 1)")
+    parser.add_argument("dtype", choices=["float32", "bfloat16", "float16", "float64"])
+    parser.add_argument("op", choices=list(activations.REDUCTIONS))
+    parser.add_argument("direction", choices=["forward", "backward"])
+    parser.add_argument("plans", nargs="*", default=["default"], help="values of ACTIVATIONS_SOFTMAX_PLAN")
+    args = parser.parse_args()
+    shape_text, _, dim_text = args.shape.partition(":")
+    try:
+        args.dims = tuple(int(v) for v in shape_text.split(",")), int(dim_text or -1)
+    except ValueError:
+        parser.error(f"shape {args.shape!r}: sizes separated by commas, then ':dim' if not the last")
+    if not torch.cuda.is_available():
+        parser.error("the plans are CUDA paths: this needs a CUDA GPU")
+    return args
+
+
 def main():
-    shape_text, _, dim_text = sys.argv[1].partition(":")
-    shape, dim = tuple(int(v) for v in shape_text.split(",")), int(dim_text or -1)
-    dtype, name, direction = getattr(torch, sys.argv[2]), sys.argv[3], sys.argv[4]
-    plans = sys.argv[5:] or ["default"]
+    args = arguments()
+    (shape, dim), plans = args.dims, args.plans
+    dtype, name, direction = getattr(torch, args.dtype), args.op, args.direction
     x = torch.randn(shape, device="cuda", dtype=dtype)
     y = activations.REDUCTIONS[name].torch_function(x, dim)
     g = torch.randn_like(x)
@@ -59,7 +77,7 @@ def main():
         scale = expected.abs().max().item()
         torch.testing.assert_close(ours(), expected, atol=max(1e-3, torch.finfo(dtype).eps) * scale, rtol=2e-2)
         ours_ms = time_ms(ours)
-        print(f"{name} {direction} {sys.argv[1]} {sys.argv[2]} plan {plan:<12} ours {ours_ms:7.3f} ms  "
+        print(f"{name} {direction} {args.shape} {args.dtype} plan {plan:<12} ours {ours_ms:7.3f} ms  "
               f"torch {torch_ms:7.3f} ms  {torch_ms / ours_ms:5.2f}x", flush=True)
     os.environ.pop("ACTIVATIONS_SOFTMAX_PLAN", None)
 

@@ -56,6 +56,11 @@ def main():
                         help="the backward at the gradient that makes f's error count most (default: random)")
     args = parser.parse_args()
     names = args.cases.split(",")
+    unknown = [name for name in names if name not in t.CASES]
+    if unknown:
+        parser.error(f"unknown case {', '.join(unknown)}; choose from {', '.join(t.CASES)}")
+    if args.stride < 1 or args.chunk < 1:
+        parser.error("--stride and --chunk must be at least 1")
     step = args.chunk * args.stride
     gradients = "the worst gradient (product mantissa 1.99)" if args.worst_gradient else "random gradients"
     print(f"float32 ulp error over every {args.stride}th float32 input ({args.device}), backward at {gradients}; "
