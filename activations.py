@@ -578,9 +578,9 @@ def _writable_cache_root():
                 f"activations: the cache directory {root} (ACTIVATIONS_CACHE_DIR) is not writable "
                 f"({error.strerror or error}): set ACTIVATIONS_CACHE_DIR to a writable directory, or unset it"
             ) from error
-        root, reason = _fallback_cache_root(), error.strerror or str(error)
-        warnings.warn(f"activations: cache directory {cache_root()} is not writable ({reason}); building in {root}. "
-                      "Set ACTIVATIONS_CACHE_DIR to choose another.")
+        unwritable, root = root, _fallback_cache_root()
+        warnings.warn(f"activations: cache directory {unwritable} is not writable ({error.strerror or error}); "
+                      f"building in {root}. Set ACTIVATIONS_CACHE_DIR to choose another.")
         try:
             with tempfile.NamedTemporaryFile(dir=root):
                 pass
