@@ -1124,6 +1124,8 @@ def _reduction(name, input, dim, dtype):
         return getattr(_ops, name).default(input, dim, dtype)
     if _compiler._is_exporting_flag and _onnx_exporting():
         return REDUCTIONS[name].torch_function(input, dim, dtype=dtype)
+    if type(dim) is bool:  # the operator's int would take True as 1: torch's function raises its TypeError
+        return REDUCTIONS[name].torch_function(input, dim, dtype=dtype)
     try:
         return _ops_raw[name](input, dim, dtype)
     except _REFUSALS:
