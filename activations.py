@@ -715,7 +715,8 @@ def _compile(spec, cpp_extension, root):
             log = os.path.join(root, f"{name}.log")
             with open(log, "w") as f:
                 f.write(str(error))
-            raise BuildError(f"activations: building {name} failed (log: {log}):\n{error}", spec) from error
+            # from None: the message holds the compiler's output, which the chained cause would print again
+            raise BuildError(f"activations: building {name} failed (log: {log}):\n{error}", spec) from None
         _LOADED.add(name)
         built = os.path.join(build_dir, f"{name}.so")
         library = _library_path(root, name)
