@@ -917,8 +917,8 @@ _compiler = torch.compiler
 # A call our operator refuses for its arguments' types goes to torch's function, which gives torch's result or raises
 # torch's error:
 # - a dtype the kernels lack (integers, bool, complex, quantized; the operators refuse them with a TypeError):
-#   torch.relu, relu6 and hardtanh keep integers, sigmoid, tanh and softsign make floats of them, sigmoid and tanh
-#   take complex numbers, the others (and softmax without a floating-point dtype=) refuse all of these;
+#   torch.relu, relu6 and hardtanh keep integers, sigmoid, tanh and softsign make floats of them, sigmoid, tanh,
+#   silu and softsign take complex numbers, the others (and softmax without a floating-point dtype=) refuse these;
 # - a layout the kernels lack (sparse, nested in either layout, mkldnn; the operators have no kernel for them and
 #   raise NotImplementedError): torch's function runs where torch has a kernel for it (relu and tanh on sparse
 #   tensors, every one on nested tensors of the jagged layout, as torch's nn.MultiheadAttention and variable-length
