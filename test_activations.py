@@ -927,6 +927,35 @@ def test_inplace_gradcheck_gradgradcheck_and_forward_ad(name, device):
         context.__exit__(None, None, None)
 
 
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("name", [n for n in CASES if activations.OPS[CASES[n].op].inplace and n != "elu_alpha_-0.7"])
+def test_inplace_forward_ad_while_grad_is_recorded(name, device):
+    """Forward AD through an in-place op on a tensor whose tangent is itself in a graph (a layer's weights require
+    grad, as under torch.func.jvp of a model): the tangent and its gradient are torch's, and the tangent is freed
+    when the caller drops it (computed from it and then written into it, it had held itself through the graph)."""
+    import weakref
+
+    import torch.autograd.forward_ad as fwAD
+
+    x, tangent = smooth_input(device, (4, 6)), torch.randn(4, 6, dtype=torch.float64, device=device)
+    results = []
+    # torch's hardsigmoid_backward has no derivative: its composite relu6(x + 3) / 6 stands for it.
+    reference = (lambda t: t.copy_(F.relu6(t + 3) / 6)) if name == "hardsigmoid" else theirs_inplace(name)
+    for fn in (ours_inplace(name), reference):
+        w = torch.tensor(1.5, dtype=torch.float64, device=device, requires_grad=True)
+        with fwAD.dual_level():
+            h = fwAD.make_dual(x, tangent) * w
+            fn(h)
+            h_tangent = fwAD.unpack_dual(h).tangent
+            (grad,) = torch.autograd.grad(h_tangent.square().sum(), w)
+            results.append((h_tangent.detach(), grad))
+            freed = weakref.ref(h_tangent)
+            del h, h_tangent
+        assert freed() is None, "the tangent is kept alive by its own graph"
+    for a, b in zip(*results):
+        torch.testing.assert_close(a, b)
+
+
 def penalty_network(act, device, seed):
     torch.manual_seed(seed)
     net = torch.nn.Sequential(torch.nn.Linear(6, 16), act, torch.nn.Linear(16, 3)).to(device, torch.float64)

@@ -216,7 +216,11 @@ struct ActivationBackward : autograd::Node {
       }
       return {result};
     }
-    if (!can_take_result(grad) || !same_dense_layout(grad, from)) return {activation.backward(grad, from)};
+    // A saved tensor with a tangent (an in-place op's output under forward AD) makes the gradient carry one too:
+    // backward_, which writes into grad, cannot.
+    if (!can_take_result(grad) || !same_dense_layout(grad, from) || autograd::isFwGradDefined(from)) {
+      return {activation.backward(grad, from)};
+    }
     activation.backward_into_grad(grad, from);
     return {grad};
   }
@@ -425,11 +429,16 @@ void forward_inplace_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet
   std::vector<c10::SymInt> walked = activation.saves == Saves::Mask ? walked_strides(x) : std::vector<c10::SymInt>();
   if (node) autograd::rebase_history(x, node);
   if (with_tangent) {
+    // The new tangent is computed from a copy where grad mode is on, as torch's generated in-place kernels do: the
+    // graph of a tangent that requires grad (a layer's weights under torch.func.jvp) would save x_tangent itself,
+    // which the copy_ below overwrites (its backward then refused) and which would hold itself through that graph
+    // (never freed).
+    const Tensor from = c10::GradMode::is_enabled() ? x_tangent.clone() : x_tangent;
     Tensor new_tangent;
     if (activation.saves == Saves::Mask) {
-      new_tangent = in_mask_order(x_tangent, walked, [&](const Tensor& g) { return activation.backward(g, mask); });
+      new_tangent = in_mask_order(from, walked, [&](const Tensor& g) { return activation.backward(g, mask); });
     } else {
-      new_tangent = activation.backward(x_tangent, activation.saves == Saves::Output ? primal(x) : primal(original));
+      new_tangent = activation.backward(from, activation.saves == Saves::Output ? primal(x) : primal(original));
     }
     // x keeps its tangent tensor, updated in place (as torch's generated in-place kernels do).
     x_tangent.copy_(new_tangent);
