@@ -1809,7 +1809,7 @@ def test_softmax_dims_layouts_and_edge_cases_match_torch(name, device):
         ours(integers, 0)
     with pytest.raises(IndexError):
         ours(base, 3)
-    with pytest.raises(TypeError, match="must be int, not bool"):  # torch's error, not True taken as dim 1
+    with pytest.raises(TypeError, match="bool"):  # torch's error (its wording varies by version), not True as dim 1
         ours(base, True)
     x = half.clone().requires_grad_()
     (grad,) = torch.autograd.grad(ours(x, 1, dtype=torch.float32).square().sum(), x)
