@@ -147,6 +147,12 @@ Tensor in_mask_order(Tensor grad, const std::vector<c10::SymInt>& walked, Backwa
   return backward(grad.permute(order).contiguous()).permute(inverse);
 }
 
+// The mask backward of grad, in any layout: laid out first in the order `walked` the mask holds its bits in.
+Tensor mask_backward(const Activation& activation, const Tensor& grad, const Tensor& mask,
+                     const std::vector<c10::SymInt>& walked) {
+  return in_mask_order(grad, walked, [&](const Tensor& g) { return activation.backward(g, mask); });
+}
+
 // Whether a backward may write its result into the incoming gradient instead of a new tensor, which saves
 // allocating one (so a training step peaks lower than torch's, whose backward allocates it). Only when nothing
 // else can see it: this reference is its only one (autograd handed it over: a gradient the caller passed in, kept
@@ -247,9 +253,8 @@ struct BackwardBackward : autograd::Node {
     const Tensor s = saved.unpack();
     autograd::variable_list result(2);
     if (task_should_compute_output(0)) {
-      result[0] = activation.saves == Saves::Mask
-                      ? in_mask_order(grad, walked, [&](const Tensor& g) { return activation.backward(g, s); })
-                      : activation.backward(grad, s);
+      result[0] = activation.saves == Saves::Mask ? mask_backward(activation, grad, s, walked)
+                                                  : activation.backward(grad, s);
     }
     if (task_should_compute_output(1)) result[1] = activation.double_backward(grad, grad_output.unpack(), s);
     return result;
@@ -365,7 +370,7 @@ void forward_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet keys, S
     const Tensor& t = tangent(x);
     Tensor y_tangent;
     if (activation.saves == Saves::Mask) {
-      y_tangent = in_mask_order(t, walked_strides(y), [&](const Tensor& g) { return activation.backward(g, mask); });
+      y_tangent = mask_backward(activation, t, mask, walked_strides(y));
     } else {
       y_tangent = activation.backward(t, activation.saves == Saves::Output ? y : primal(x));
     }
@@ -436,7 +441,7 @@ void forward_inplace_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet
     const Tensor from = c10::GradMode::is_enabled() ? x_tangent.clone() : x_tangent;
     Tensor new_tangent;
     if (activation.saves == Saves::Mask) {
-      new_tangent = in_mask_order(from, walked, [&](const Tensor& g) { return activation.backward(g, mask); });
+      new_tangent = mask_backward(activation, from, mask, walked);
     } else {
       new_tangent = activation.backward(from, activation.saves == Saves::Output ? primal(x) : primal(original));
     }
@@ -486,11 +491,9 @@ void backward_autograd(const c10::OperatorHandle& op, c10::DispatchKeySet keys, 
   }
   if (grad_tangent || saved_tangent) {
     Tensor t;
-    if (grad_tangent && !differentiable_saved) {
-      const auto backward = [&](const Tensor& g) { return activation.backward(g, saved); };
-      t = in_mask_order(tangent(grad), walked_strides(grad), backward);
-    } else if (grad_tangent) {
-      t = activation.backward(tangent(grad), primal(saved));
+    if (grad_tangent) {
+      t = differentiable_saved ? activation.backward(tangent(grad), primal(saved))
+                               : mask_backward(activation, tangent(grad), saved, walked_strides(grad));
     }
     if (saved_tangent) {
       Tensor u = activation.double_backward(tangent(saved), primal(grad), primal(saved));
